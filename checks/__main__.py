@@ -1,0 +1,5 @@
+"""``python -m checks``."""
+
+from checks.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""Upstream checks and where they live: what a finding's ``upstream`` field holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from checks.versions import VERSIONS, profile
+
+# Where each project's checks run, for the differential tests and `explain`.
+STAGE_CONFIG = "config"  # a config dataclass's __post_init__ (TransformerConfig, OptimizerConfig)
+STAGE_OPTIMIZER = "optimizer"  # building the optimizer (get_megatron_optimizer)
+STAGE_CLI = "cli"  # Megatron-LM validate_args
+STAGE_SETUP = "setup"  # a framework's own set-up code (Bridge, NeMo-RL)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The upstream check behind a finding, as the JSON output carries it."""
+
+    project: str
+    message: str | None  # exact text upstream prints; None for a bare assert
+    anchor: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"project": self.project, "message": self.message, "anchor": self.anchor}
+
+
+@dataclass(frozen=True)
+class UpstreamCheck:
+    """One check an upstream project performs, with its location in each version.
+
+    ``lines`` maps a megatron-core version label to ``path:line`` (the commit
+    comes from the version profile); ``fixed`` is a complete anchor for
+    projects pinned at one commit (Megatron Bridge, NeMo-RL).
+    """
+
+    project: str
+    exception: str  # "ValueError", "AssertionError", ... or "warning"
+    message: str | None  # a str.format template over the check's values; None for a bare assert
+    stage: str
+    lines: Mapping[str, str] = field(default_factory=dict)
+    fixed: str | None = None
+
+    def versions(self) -> tuple[str, ...]:
+        return tuple(v for v in VERSIONS if v in self.lines) if self.lines else VERSIONS
+
+    def anchor(self, version: str) -> str | None:
+        if self.fixed is not None:
+            return self.fixed
+        where = self.lines.get(version)
+        if where is None:
+            return None
+        path, _, line = where.rpartition(":")
+        return profile(version).anchor(path, int(line))
+
+    def at(self, version: str, **values: Any) -> Upstream:
+        """The upstream record for a finding in ``version``, with the message filled in."""
+        anchor = self.anchor(version)
+        if anchor is None:
+            raise ValueError(f"{self.project} check has no anchor for {version}")
+        message = self.message.format(**values) if self.message is not None else None
+        return Upstream(self.project, message, anchor)

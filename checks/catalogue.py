@@ -1,0 +1,110 @@
+"""Rule documentation: ``rules``, ``explain`` and the generated ``reference/rules.md``.
+
+Everything here is derived from the registry and from running each rule's own
+bad and good examples through the real loaders, so the documentation cannot
+drift from the code.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from checks.engine import Finding, run
+from checks.loaders import Request, load
+from checks.rules import ALL_RULES
+from checks.rules.base import Example, Rule
+from checks.versions import DEFAULT_VERSION, VERSIONS
+
+
+def example_version(rule: Rule, example: Example) -> str:
+    if example.version is not None:
+        return example.version
+    if rule.applies_to(DEFAULT_VERSION, example.flavor):
+        return DEFAULT_VERSION
+    return next(v for v in reversed(VERSIONS) if rule.applies_to(v, example.flavor))
+
+
+def run_example(rule: Rule, example: Example) -> list[Finding]:
+    """Check an example exactly as a user's file or command line would be checked."""
+    version = example_version(rule, example)
+    if example.flavor == "megatron-lm":
+        return run(load(Request(argv=example.text, flavor="megatron-lm", version=version)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "example.yaml")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(example.text)
+        findings = run(load(Request(files=(path,), flavor=example.flavor, version=version)))
+    return [_relabel(f) for f in findings]
+
+
+def _relabel(finding: Finding) -> Finding:
+    # The temporary path means nothing to a reader.
+    from dataclasses import replace
+
+    origin = finding.origin
+    if origin is not None and origin.file is not None:
+        origin = replace(origin, file="example.yaml")
+    return replace(finding, origin=origin)
+
+
+def rule_json(rule: Rule) -> dict[str, Any]:
+    return {
+        "id": rule.id, "name": rule.name, "severity": rule.severity, "summary": rule.summary,
+        "flavors": sorted(rule.flavors), "versions": list(rule.versions()),
+        "upstream": [
+            {"project": c.project, "exception": c.exception, "message": c.message, "stage": c.stage,
+             "anchors": {v: c.anchor(v) for v in c.versions() if c.anchor(v)}}
+            for c in rule.upstream
+        ],
+    }
+
+
+def rules_text() -> str:
+    width = max(len(r.name) for r in ALL_RULES)
+    return "\n".join(f"{r.id}  {r.severity:<7}  {r.name:<{width}}  {r.summary}" for r in ALL_RULES)
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line if line else line for line in text.rstrip("\n").splitlines())
+
+
+def _finding_line(f: Finding) -> str:
+    where = f.origin.describe() if f.origin else "example"
+    return f"{where}: {f.severity.upper()} {f.rule} {f.message}"
+
+
+def explain_text(rule: Rule) -> str:
+    parts = [f"{rule.id} {rule.name} ({rule.severity})", "", rule.doc, ""]
+    versions = rule.versions()
+    span = f"{versions[0]} to {versions[-1]}" if len(versions) > 1 else versions[0]
+    parts.append(f"Applies to: megatron-core {span}; front ends: {', '.join(sorted(rule.flavors))}")
+    for check in rule.upstream:
+        quoted = f'"{check.message}"' if check.message is not None else "(bare assert, no message)"
+        parts.append(f"Upstream: {check.project} {check.exception} {quoted}")
+        for v in check.versions():
+            anchor = check.anchor(v)
+            if anchor:
+                parts.append(f"    {v:<7} {anchor}")
+    if not rule.upstream:
+        parts.append("Upstream: none (this rule goes beyond what upstream checks)")
+    for label, example in (("Bad", rule.bad), ("Good", rule.good)):
+        version = example_version(rule, example)
+        parts += ["", f"{label} ({example.flavor}, megatron-core {version}):", _indent(example.text)]
+        findings = [f for f in run_example(rule, example) if f.rule == rule.id]
+        parts += [_indent("-> " + _finding_line(f)) for f in findings] or [_indent("-> no finding")]
+    return "\n".join(parts)
+
+
+def rules_markdown() -> str:
+    """``reference/rules.md``: the whole catalogue, generated (``python -m checks rules --format markdown``)."""
+    out = ["# Rule catalogue", "",
+           "Generated from the rule registry by `python -m checks rules --format markdown`; "
+           "`tests/test_docs.py` fails when this file is stale.", "",
+           "| id | severity | name | summary |", "|---|---|---|---|"]
+    out += [f"| [{r.id}](#{r.id.lower()}) | {r.severity} | {r.name} | {r.summary.replace('|', '/')} |"
+            for r in ALL_RULES]
+    for rule in ALL_RULES:
+        out += ["", f"## {rule.id}", "", "```text", explain_text(rule), "```"]
+    return "\n".join(out) + "\n"

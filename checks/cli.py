@@ -1,0 +1,143 @@
+"""``python -m checks``: check configs, list and explain rules, run the bundled examples."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import NoReturn, Sequence
+
+from checks import __version__
+from checks.errors import InputError
+
+_EPILOG = """exit codes: 0 no error findings; 1 error findings (or warnings with --strict);
+2 usage error or unreadable input.
+The checker reads configs as data: it never imports or runs anything a config names."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), like every other input error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m checks", description=__doc__, epilog=_EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = sub.add_parser("check", help="check a config's CPU-offloading settings", epilog=_EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("files", nargs="*", metavar="FILE",
+                       help="config files, applied in order (Bridge YAML, NeMo-RL YAML, a Megatron-LM launch "
+                            "script or functional-test YAML)")
+    check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="a Hydra override applied after the files (repeatable; + and ++ prefixes as in Hydra)")
+    check.add_argument("--argv", help="Megatron-LM flags as one string, appended after any script")
+    check.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"),
+                       help="input format (default: detect)")
+    check.add_argument("--mcore-version", default=None, metavar="VERSION",
+                       help="megatron-core version the job runs, e.g. 0.16.1, 0.19.2, main "
+                            "(default: the newest release the rules know)")
+    check.add_argument("--format", default="text", choices=("text", "json"))
+    check.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    check.add_argument("--emit-overrides", action="store_true",
+                       help="print the fixes as KEY=VALUE overrides (or Megatron-LM flags) instead of findings")
+
+    rules = sub.add_parser("rules", help="list every rule")
+    rules.add_argument("--format", default="text", choices=("text", "json", "markdown"))
+
+    explain = sub.add_parser("explain", help="show a rule's documentation, versions, anchors and examples")
+    explain.add_argument("rule_ids", nargs="+", metavar="ID")
+
+    examples = sub.add_parser("examples", help="check every bundled example config against its expected findings")
+    examples.add_argument("--format", default="text", choices=("text", "json"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _check(args)
+        if args.command == "rules":
+            return _rules(args.format)
+        if args.command == "explain":
+            return _explain(args.rule_ids)
+        if args.command == "examples":
+            from checks.demo import run_examples
+
+            return run_examples(args.format)
+    except InputError as err:
+        print(f"error: {err.render()}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    raise AssertionError(args.command)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from checks.engine import run
+    from checks.loaders import Request, load
+    from checks.report import RENDERERS, Report
+    from checks.versions import DEFAULT_VERSION, resolve_version
+
+    version = resolve_version(args.mcore_version) if args.mcore_version else DEFAULT_VERSION
+    request = Request(tuple(args.files), tuple(args.overrides), args.argv, args.flavor, version)
+    configs = load(request)
+    findings = run(configs)
+    report = Report(tuple(findings), configs[0].flavor, version, tuple(args.files), args.strict)
+    if args.emit_overrides:
+        print(_overrides(configs, findings))
+    else:
+        print(RENDERERS[args.format](report))
+    return report.exit_code
+
+
+def _overrides(configs: Sequence[object], findings: Sequence[object]) -> str:
+    from checks.engine import Finding
+
+    lines: list[str] = []
+    seen: dict[str, object] = {}
+    spelling = configs[0].spelling  # type: ignore[attr-defined]
+    for finding in findings:
+        assert isinstance(finding, Finding)
+        for key, value in (finding.patch or {}).items():
+            if key in seen and seen[key] != value:
+                print(f"warning: findings disagree on {key} ({seen[key]!r} vs {value!r}); keeping the first",
+                      file=sys.stderr)
+                continue
+            if key not in seen:
+                seen[key] = value
+                lines += spelling.override_lines({key: value})
+    return "\n".join(lines)
+
+
+def _rules(fmt: str) -> int:
+    from checks.catalogue import rule_json, rules_markdown, rules_text
+    from checks.rules import ALL_RULES
+
+    if fmt == "json":
+        print(json.dumps([rule_json(r) for r in ALL_RULES], indent=2))
+    elif fmt == "markdown":
+        sys.stdout.write(rules_markdown())
+    else:
+        print(rules_text())
+    return 0
+
+
+def _explain(rule_ids: Sequence[str]) -> int:
+    from checks.catalogue import explain_text
+    from checks.rules import get
+
+    texts = []
+    for rule_id in rule_ids:
+        try:
+            texts.append(explain_text(get(rule_id)))
+        except ValueError as err:
+            print(f"error: {err}; list them with python -m checks rules", file=sys.stderr)
+            return 2
+    print("\n\n".join(texts))
+    return 0

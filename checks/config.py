@@ -1,0 +1,105 @@
+"""The canonical config: what every loader produces and the only thing rules read.
+
+Keys are megatron-core field names grouped into four sections (``model``,
+``optimizer``, ``ddp``, ``env``) and written as dotted paths,
+``"model.cpu_offloading"``. Every value the user gave is a :class:`Setting`
+that remembers where it came from, so a finding can point at the line to edit
+and a patch can be written back in the input's own spelling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping, Protocol
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a value came from."""
+
+    file: str | None = None  # path as the user gave it
+    line: int | None = None  # 1-based
+    arg: str | None = None  # command-line position: "--set #2", "argv[5]"
+    key: str = ""  # the key as spelled in the input
+    note: str = ""  # how the value was derived, when it was not written as such
+
+    def describe(self) -> str:
+        """``file:line``, ``file``, ``--set #2`` or ``argv[5]``, for text output."""
+        if self.file is not None and self.line is not None:
+            return f"{self.file}:{self.line}"
+        if self.file is not None:
+            return self.file
+        return self.arg or "<config>"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A value the input gave (or that the framework derives from one)."""
+
+    value: Any
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Unrecognised:
+    """A key in a config section that is not a field of that section in this version."""
+
+    section: str  # canonical section the key was found in ("" at the top level)
+    name: str  # the leaf name as given
+    setting: Setting
+    consequence: str  # what the front end does with it: "ignored" (silently) or "crash" (at start-up)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A value the front end refuses before megatron-core sees it (argparse: invalid int or choice)."""
+
+    path: str  # canonical path
+    setting: Setting
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A value the user gave that the framework drops without saying so."""
+
+    path: str  # canonical path, or the input key when it has none
+    setting: Setting
+    reason: str
+
+
+class Spelling(Protocol):
+    """How one input format writes canonical paths (for patches and overrides)."""
+
+    def patch(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Translate ``{canonical path: new value}`` into the input's own keys."""
+
+    def override_lines(self, patch: Mapping[str, Any]) -> list[str]:
+        """Render a patch (in input keys) as ``KEY=VALUE`` lines or command-line flags."""
+
+
+@dataclass(frozen=True)
+class CanonicalConfig:
+    """One model's offload-relevant configuration, as megatron-core will see it."""
+
+    flavor: str  # bridge | nemo-rl | megatron-lm
+    version: str  # megatron-core profile label
+    settings: Mapping[str, Setting]  # explicit values only; defaults come from the profile
+    spelling: Spelling
+    target: str | None = None  # "policy" / "value" for NeMo-RL, else None
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # the front end's own defaults
+    unrecognised: tuple[Unrecognised, ...] = ()
+    ignored: tuple[Ignored, ...] = ()
+    rejected: tuple[Rejected, ...] = ()
+    inputs: tuple[str, ...] = ()  # files, in the order they were applied
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+
+
+def split_path(path: str) -> tuple[str, str]:
+    """``"model.cpu_offloading"`` -> ``("model", "cpu_offloading")``."""
+    section, _, name = path.partition(".")
+    return section, name

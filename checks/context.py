@@ -1,0 +1,73 @@
+"""What a rule sees: one canonical config's values, typed, in one megatron-core version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checks.config import CanonicalConfig, Setting, split_path
+from checks.anchors import Upstream, UpstreamCheck
+from checks.values import coerce
+from checks.versions import ARCHITECTURE_FIELDS, NO_DEFAULT, Profile, profile, version_key
+
+
+class Context:
+    """What a rule sees: typed values of one canonical config in one megatron-core version."""
+
+    def __init__(self, cfg: CanonicalConfig) -> None:
+        self.cfg = cfg
+        self.profile: Profile = profile(cfg.version)
+        self.values: dict[str, Any] = {}
+        self.invalid: dict[str, str] = {}  # path -> what is wrong with its type
+        for path, setting in cfg.settings.items():
+            section, name = split_path(path)
+            spec = self.profile.field(section, name) if section != "env" else None
+            if spec is None:
+                self.values[path] = setting.value
+                continue
+            value, problem = coerce(spec, setting.value)
+            self.values[path] = value
+            if problem is not None:
+                self.invalid[path] = problem
+
+    @property
+    def version(self) -> str:
+        return self.cfg.version
+
+    @property
+    def flavor(self) -> str:
+        return self.cfg.flavor
+
+    def at_least(self, version: str) -> bool:
+        return version_key(self.version) >= version_key(version)
+
+    def exists(self, path: str) -> bool:
+        section, name = split_path(path)
+        return section == "env" or self.profile.field(section, name) is not None
+
+    def is_set(self, path: str) -> bool:
+        return path in self.cfg.settings
+
+    def known(self, path: str) -> bool:
+        """False for a model-shape field the input leaves out (the recipe or checkpoint holds it)."""
+        return self.is_set(path) or split_path(path)[1] not in ARCHITECTURE_FIELDS
+
+    def setting(self, path: str) -> Setting | None:
+        return self.cfg.settings.get(path)
+
+    def get(self, path: str) -> Any:
+        """The value megatron-core will see: the input's, else the front end's default, else the dataclass's."""
+        if path in self.values:
+            return self.values[path]
+        if path in self.cfg.defaults:
+            return self.cfg.defaults[path]
+        section, name = split_path(path)
+        spec = self.profile.field(section, name) if section != "env" else None
+        if spec is None or spec.default is NO_DEFAULT:
+            return None
+        return spec.default
+
+    def upstream(self, check: UpstreamCheck, **values: Any) -> Upstream | None:
+        """The upstream record of ``check`` in this version, or None where it has no anchor."""
+        if check.anchor(self.version) is None:
+            return None
+        return check.at(self.version, **values)

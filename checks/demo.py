@@ -1,0 +1,97 @@
+"""``python -m checks examples``: check every bundled example config against its expected findings.
+
+The main job on a bundled default: it shows what the checker says about real
+configs in each format, and fails when any example's findings differ from the
+rule ids its manifest entry expects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from checks.engine import Finding, run
+from checks.errors import InputError
+from checks.loaders import Request, load
+from checks.report import Report, finding_json, render_text
+from checks.versions import DEFAULT_VERSION, resolve_version
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "configs"
+MANIFEST = EXAMPLES / "manifest.yaml"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One manifest entry: an input, how to check it, and the rule ids it must produce."""
+
+    name: str
+    about: str
+    files: tuple[str, ...]
+    overrides: tuple[str, ...]
+    argv: str | None
+    version: str
+    expect: tuple[str, ...]
+
+    def request(self) -> Request:
+        return Request(tuple(_display_path(EXAMPLES / f) for f in self.files), self.overrides, self.argv, "auto",
+                       self.version)
+
+    def command(self) -> str:
+        words = ["python", "-m", "checks", "check", *(f"examples/configs/{f}" for f in self.files)]
+        for text in self.overrides:
+            words += ["--set", text]
+        if self.argv is not None:
+            words += ["--argv", self.argv]
+        if self.version != DEFAULT_VERSION:
+            words += ["--mcore-version", self.version]
+        return " ".join(shlex.quote(w) for w in words)
+
+
+def _display_path(path: Path) -> str:
+    """Relative to the working directory when the examples are below it, as a user would type it."""
+    relative = os.path.relpath(path)
+    return path.as_posix() if relative.startswith("..") else relative
+
+
+def entries() -> list[Entry]:
+    if not MANIFEST.is_file():
+        raise InputError(str(MANIFEST), "the bundled examples are missing; run from the skill's directory")
+    raw: list[dict[str, Any]] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    return [Entry(e["name"], e.get("about", ""), tuple(e.get("files", ())), tuple(e.get("set", ())), e.get("argv"),
+                  resolve_version(str(e.get("mcore_version", DEFAULT_VERSION))), tuple(e.get("expect", ())))
+            for e in raw]
+
+
+def check_entry(entry: Entry) -> tuple[Report, list[Finding]]:
+    configs = load(entry.request())
+    findings = run(configs)
+    return Report(tuple(findings), configs[0].flavor, entry.version, entry.files), findings
+
+
+def run_examples(fmt: str) -> int:
+    results = []
+    for entry in entries():
+        report, findings = check_entry(entry)
+        got = sorted(set(f.rule for f in findings))
+        results.append((entry, report, findings, got, got == sorted(entry.expect)))
+    if fmt == "json":
+        print(json.dumps([{"name": e.name, "command": e.command(), "expected": sorted(e.expect), "got": got,
+                           "ok": ok, "findings": [finding_json(f) for f in findings]}
+                          for e, _, findings, got, ok in results], indent=2))
+    else:
+        for entry, report, _, got, ok in results:
+            print(f"== {entry.name}: {entry.about}")
+            print(f"$ {entry.command()}")
+            print(render_text(report))
+            verdict = "as expected" if ok else f"MISMATCH: expected {sorted(entry.expect) or 'no findings'}"
+            print(f"-> {verdict}\n")
+        failed = [e.name for e, *_, ok in results if not ok]
+        print(f"{len(results) - len(failed)} of {len(results)} examples gave the expected findings"
+              + (f"; mismatched: {', '.join(failed)}" if failed else ""))
+    return 0 if all(ok for *_, ok in results) else 1

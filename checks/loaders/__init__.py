@@ -1,0 +1,59 @@
+"""Loaders: every input format into :class:`checks.config.CanonicalConfig`.
+
+``load(request)`` picks the format (``--flavor`` or detection) and returns one
+canonical config per model (NeMo-RL configs can hold a policy and a value
+model).
+"""
+
+from __future__ import annotations
+
+from checks.config import CanonicalConfig
+from checks.errors import InputError
+from checks.loaders import bridge, megatron_lm, nemo_rl
+from checks.loaders.common import FLAVORS, Request
+from checks.yamlio import load_yaml, read_text
+
+__all__ = ["FLAVORS", "Request", "detect_flavor", "load"]
+
+_LOADERS = {"bridge": bridge.load, "nemo-rl": nemo_rl.load, "megatron-lm": megatron_lm.load}
+
+
+def load(request: Request) -> list[CanonicalConfig]:
+    flavor = request.flavor if request.flavor != "auto" else detect_flavor(request)
+    if flavor not in _LOADERS:
+        raise InputError("--flavor", f"unknown flavor {flavor!r}; choose auto, {', '.join(FLAVORS)}")
+    if not request.files and not request.overrides and request.argv is None:
+        raise InputError("check", "nothing to check: give a config file, --set KEY=VALUE or --argv")
+    return _LOADERS[flavor](Request(request.files, request.overrides, request.argv, flavor, request.version))
+
+
+def detect_flavor(request: Request) -> str:
+    """Tell the format from the first input; raise InputError when it cannot be told."""
+    if request.files:
+        path = request.files[0]
+        text = read_text(path)
+        if path.endswith((".sh", ".bash", ".txt", ".args")):
+            return "megatron-lm"
+        try:
+            data = load_yaml(path, text).data
+        except InputError:
+            if megatron_lm.looks_like_command_line(text):
+                return "megatron-lm"
+            raise
+        if megatron_lm.is_megatron_lm_doc(data):
+            return "megatron-lm"
+        if nemo_rl.is_nemo_rl_doc(data):
+            return "nemo-rl"
+        if bridge.is_bridge_doc(data):
+            return "bridge"
+        raise InputError(path, "cannot tell whether this is a Megatron Bridge, NeMo-RL or Megatron-LM config "
+                               "(no model/optimizer section, no policy.megatron_cfg, no MODEL_ARGS); "
+                               "pass --flavor")
+    if request.argv is not None:
+        return "megatron-lm"
+    roots = {text.lstrip("+~").split(".", 1)[0] for text in request.overrides}
+    if roots & {"policy", "value"}:
+        return "nemo-rl"
+    if roots & set(bridge.SECTIONS):
+        return "bridge"
+    raise InputError("--set", "cannot tell the config format from the overrides alone; pass --flavor")

@@ -1,0 +1,140 @@
+"""Megatron Bridge configs: full ``_target_`` dumps, partial override YAMLs and Hydra overrides.
+
+Nothing named by a ``_target_`` is imported or instantiated: the dumps are
+read as data. Layouts: flat provider fields (``model.cpu_offloading``, every
+recipe) and the nested ``GPTModelConfig`` layout (``model.transformer.X``),
+NVIDIA-NeMo/Megatron-Bridge@067f987d (see reference/formats.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from checks.config import CanonicalConfig, Origin, Setting, Unrecognised
+from checks.formats import BRIDGE_SECTIONS
+from checks.loaders import interpolation
+from checks.loaders import tree as trees
+from checks.loaders.common import Request, apply_overrides, hydra_lines
+from checks.versions import profile
+from checks.yamlio import load_yaml
+
+# ConfigContainer sections whose fields map onto megatron-core config classes.
+SECTIONS: Mapping[str, str] = {"model": "model", "optimizer": "optimizer", "ddp": "ddp", "env_vars": "env"}
+TARGET_KEYS: frozenset[str] = frozenset({"_target_", "_call_", "_args_", "_name_", "_partial_", "_builder_"})
+_TORCH_DTYPES: Mapping[str, str] = {
+    "torch.float32": "fp32", "torch.float": "fp32", "torch.float16": "fp16", "torch.half": "fp16",
+    "torch.bfloat16": "bf16", "torch.float64": "fp64",
+}
+_SYNC_NOTE = ("Bridge enables the distributed optimizer in both ddp and optimizer when either is set "
+              "(Megatron-Bridge@067f987d:src/megatron/bridge/training/config.py:2101-2138)")
+
+
+def decode_target(mapping: dict[str, Any]) -> Any:
+    """A ``{_target_: ...}`` mapping that stands for a value (dtype, enum, callable), as a plain value."""
+    if "_target_" not in mapping or set(mapping) - TARGET_KEYS:
+        return trees.NOT_SPECIAL
+    target = str(mapping["_target_"])
+    if target in _TORCH_DTYPES:
+        return _TORCH_DTYPES[target]
+    if "_name_" in mapping:  # enums dumped by ConfigContainer.to_yaml carry their name
+        return mapping["_name_"]
+    args = mapping.get("_args_")
+    if mapping.get("_call_") and isinstance(args, list) and len(args) == 1:
+        return args[0]
+    return target
+
+
+def is_bridge_doc(data: Mapping[str, Any]) -> bool:
+    if str(data.get("_target_", "")).endswith("ConfigContainer"):
+        return True
+    return any(isinstance(data.get(name), dict) for name in SECTIONS)
+
+
+def load(request: Request) -> list[CanonicalConfig]:
+    tree: trees.Tree = {}
+    for path in request.files:
+        tree = trees.merge(tree, trees.from_doc(load_yaml(path), decode_target))
+    tree = apply_overrides(tree, request.overrides)
+    nested = isinstance(trees.get(tree, ("model", "transformer")), dict)
+    wanted = [keys for keys, _ in trees.leaves(tree) if keys and keys[0] in SECTIONS]
+    tree = interpolation.resolve(tree, wanted)
+    return [_canonical(tree, request, nested)]
+
+
+def _canonical(tree: trees.Tree, request: Request, nested: bool) -> CanonicalConfig:
+    prof = profile(request.version)
+    settings: dict[str, Setting] = {}
+    unrecognised: list[Unrecognised] = []
+    for name, node in tree.items():
+        if name not in BRIDGE_SECTIONS:
+            setting = node if isinstance(node, Setting) else _first_leaf(node)
+            unrecognised.append(Unrecognised("", name, setting, "ignored"))
+    for key, section in SECTIONS.items():
+        node = tree.get(key)
+        if isinstance(node, Setting):
+            unrecognised.append(Unrecognised("", key, node, "crash"))
+            continue
+        fields = dict(node or {})
+        if section == "model" and isinstance(fields.get("transformer"), dict):
+            fields = {**{k: v for k, v in fields.items() if k != "transformer"}, **fields["transformer"]}
+        for name, value in fields.items():
+            if name in TARGET_KEYS:
+                continue
+            if section == "env":
+                if isinstance(value, Setting):
+                    settings[f"env.{name}"] = value
+                continue
+            if isinstance(value, dict):  # a nested object that is not a config field
+                if prof.field(section, name) is None:
+                    unrecognised.append(Unrecognised(section, name, _first_leaf(value), "ignored"))
+                continue
+            if prof.field(section, name) is None:
+                unrecognised.append(Unrecognised(section, name, value, "ignored"))
+            else:
+                settings[f"{section}.{name}"] = value
+    _sync_distributed_optimizer(settings)
+    return CanonicalConfig(
+        flavor="bridge", version=request.version, settings=settings,
+        spelling=BridgeSpelling(nested), unrecognised=tuple(unrecognised), inputs=request.files,
+    )
+
+
+def _first_leaf(tree: trees.Tree) -> Setting:
+    for _, setting in trees.leaves(tree):
+        return setting
+    return Setting({}, Origin())
+
+
+def _sync_distributed_optimizer(settings: dict[str, Setting]) -> None:
+    enabled = [settings[p] for p in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")
+               if p in settings and settings[p].value is True]
+    if not enabled:
+        return
+    source = enabled[0]
+    for path in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"):
+        current = settings.get(path)
+        if current is None or current.value is not True:
+            settings[path] = Setting(True, Origin(source.origin.file, source.origin.line, source.origin.arg,
+                                                  source.origin.key, _SYNC_NOTE))
+
+
+class BridgeSpelling:
+    """Hydra override keys as Bridge's ``run_recipe.py`` accepts them."""
+
+    def __init__(self, nested: bool) -> None:
+        self.nested = nested
+
+    def key(self, path: str) -> str:
+        section, _, name = path.partition(".")
+        if section == "env":
+            return f"env_vars.{name}"
+        if section == "model" and self.nested:
+            return f"model.transformer.{name}"
+        return path
+
+    def patch(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        return {self.key(path): value for path, value in changes.items()}
+
+    def override_lines(self, patch: Mapping[str, Any]) -> list[str]:
+        # env_vars is a dict field: new keys need "++" under Hydra's struct mode.
+        return hydra_lines(patch, {k: "++" for k in patch if k.startswith("env_vars.")})

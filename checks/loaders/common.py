@@ -1,0 +1,43 @@
+"""What every loader shares: the request, override application and value formatting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from checks.config import Origin
+from checks.errors import InputError
+from checks.loaders import tree as trees
+from checks.loaders.overrides import OverrideSyntaxError, format_value, parse_override
+
+FLAVORS: tuple[str, ...] = ("bridge", "nemo-rl", "megatron-lm")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked the checker to read."""
+
+    files: tuple[str, ...] = ()  # applied in order
+    overrides: tuple[str, ...] = ()  # --set KEY=VALUE, applied after the files
+    argv: str | None = None  # --argv "...": Megatron-LM flags, appended after any script
+    flavor: str = "auto"
+    version: str = "0.19.2"
+
+
+def apply_overrides(tree: trees.Tree, overrides: tuple[str, ...]) -> trees.Tree:
+    """Apply ``--set`` overrides in order; a malformed one is an InputError naming it."""
+    for index, text in enumerate(overrides, start=1):
+        where = f"--set #{index}"
+        try:
+            override = parse_override(text)
+        except OverrideSyntaxError as err:
+            raise InputError(where, f"{text!r}: {err}") from None
+        origin = Origin(arg=where, key=override.key, note=text)
+        tree = trees.apply_override(tree, override, origin)
+    return tree
+
+
+def hydra_lines(patch: Mapping[str, Any], prefix_for: Mapping[str, str] | None = None) -> list[str]:
+    """``KEY=VALUE`` lines for a patch; ``prefix_for`` gives ``+``/``++`` per key where needed."""
+    prefixes = prefix_for or {}
+    return [f"{prefixes.get(key, '')}{key}={format_value(value)}" for key, value in patch.items()]

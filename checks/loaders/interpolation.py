@@ -1,0 +1,66 @@
+"""Resolve ``${...}`` interpolations with OmegaConf, only for the values the checker reads.
+
+NeMo-RL and Bridge resolve interpolations with OmegaConf; re-implementing its
+grammar would drift, so OmegaConf itself does it here. It is imported only
+when a value the checker needs contains ``${``, keeping the common path free
+of it (``pip install omegaconf`` or the ``nemo-rl`` extra provides it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterable
+
+from checks.config import Setting
+from checks.errors import InputError
+from checks.loaders import tree as trees
+from checks.yamlio import KeyPath
+
+
+def _register_nemo_rl_resolvers(omegaconf: Any) -> None:
+    # The four resolvers NeMo-RL registers (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/utils/config.py:196-204).
+    for name, fn in (("add", lambda a, b: a + b), ("mul", lambda a, b: a * b),
+                     ("div", lambda a, b: a / b), ("max", lambda a, b: max(a, b))):
+        if not omegaconf.OmegaConf.has_resolver(name):
+            omegaconf.OmegaConf.register_new_resolver(name, fn)
+
+
+def needs_resolution(setting: Setting) -> bool:
+    return _has_interpolation(setting.value)
+
+
+def _has_interpolation(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, list):
+        return any(_has_interpolation(v) for v in value)
+    return False
+
+
+def resolve(tree: trees.Tree, wanted: Iterable[KeyPath]) -> trees.Tree:
+    """Return ``tree`` with the interpolated leaves among ``wanted`` replaced by their values."""
+    todo = [keys for keys in wanted if isinstance(s := trees.get(tree, keys), Setting) and needs_resolution(s)]
+    if not todo:
+        return tree
+    first = trees.get(tree, todo[0])
+    try:
+        import omegaconf
+    except ImportError:
+        raise InputError(first.origin.describe(), f"{first.origin.key} = {first.value!r} needs OmegaConf to "
+                         "resolve the interpolation; pip install omegaconf (or the package's [nemo-rl] extra)") \
+            from None
+    _register_nemo_rl_resolvers(omegaconf)
+    config = omegaconf.OmegaConf.create(trees.plain(tree))
+    for keys in todo:
+        setting = trees.get(tree, keys)
+        try:
+            node = omegaconf.OmegaConf.select(config, ".".join(map(str, keys)), throw_on_missing=True)
+            value = omegaconf.OmegaConf.to_container(node, resolve=True) if omegaconf.OmegaConf.is_config(node) \
+                else node
+        except Exception as err:  # OmegaConf raises many types; all mean "cannot resolve"
+            message = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise InputError(setting.origin.describe(), f"cannot resolve {setting.origin.key} = "
+                             f"{setting.value!r}: {message}") from None
+        origin = replace(setting.origin, note=f"interpolated from {setting.value}")
+        tree = trees.apply_setting(tree, keys, Setting(value, origin))
+    return tree

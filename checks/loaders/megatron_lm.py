@@ -1,0 +1,391 @@
+"""Megatron-LM command lines: an argv string, a launch script, or a functional-test YAML.
+
+Flags are read with the metadata of the real argparse parser of the selected
+version (``data/mlm_flags.json``), and mapped to config fields by ``dest``,
+because Megatron-LM copies every ``args`` attribute whose name matches a
+``TransformerConfig`` or ``OptimizerConfig`` field
+(NVIDIA/Megatron-LM@d98e8a64:megatron/training/argument_utils.py:277 and
+megatron/training/training.py:2609). A launch script is scanned for flags, not
+executed: simple ``NAME=value`` assignments are substituted, anything else
+containing ``$`` is reported as unresolved.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from checks.config import CanonicalConfig, Ignored, Origin, Rejected, Setting, Unrecognised
+from checks.errors import InputError
+from checks.loaders.common import Request
+from checks.versions import FlagSpec, Profile, mlm_flags, profile
+from checks.yamlio import load_yaml, read_text
+
+# dests that are not spelled like the config field they set.
+_DEST_ALIASES: Mapping[str, tuple[str, ...]] = {
+    "fp8_param_gather": ("model.fp8_param", "ddp.fp8_param_gather"),
+    "num_experts": ("model.num_moe_experts",),
+    "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size",),
+    "cuda_graph_scope_deprecated": ("model.cuda_graph_scope",),
+    "te_rng_tracker": ("model.use_te_rng_tracker",),
+}
+_IMPLIES = "implied by --cpu-offloading-num-layers > 0 (megatron/training/arguments.py, validate_args)"
+_SELECTIVE = "--recompute-activations sets recompute_granularity='selective' (megatron/training/arguments.py)"
+_VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::?-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+_ASSIGN = re.compile(r"^(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+    origin: Origin
+
+
+def is_megatron_lm_doc(data: Mapping[str, Any]) -> bool:
+    return "MODEL_ARGS" in data or "ENV_VARS" in data
+
+
+def looks_like_command_line(text: str) -> bool:
+    return bool(re.search(r"(^|\s)--[a-z][a-z0-9-]+", text))
+
+
+def load(request: Request) -> list[CanonicalConfig]:
+    tokens: list[Token] = []
+    env: dict[str, Setting] = {}
+    for path in request.files:
+        if path.endswith((".yaml", ".yml")):
+            more, more_env = _yaml_tokens(path)
+            tokens += more
+            env.update(more_env)
+        else:
+            tokens += script_tokens(read_text(path), path)
+    if request.argv is not None:
+        tokens += argv_tokens(request.argv)
+    if request.overrides:
+        raise InputError("--set", "Megatron-LM command lines take flags, not KEY=VALUE overrides; "
+                                  "add flags with --argv \"--flag value\"")
+    return [_Parser(request, profile(request.version)).parse(tokens, env)]
+
+
+def argv_tokens(argv: str) -> list[Token]:
+    try:
+        words = shlex.split(argv, comments=True)
+    except ValueError as err:
+        raise InputError("--argv", f"cannot split the command line: {err}") from None
+    return [Token(w, Origin(arg=f"argv[{i}]", key=w)) for i, w in enumerate(words)]
+
+
+def script_tokens(text: str, path: str) -> list[Token]:
+    """Words of a launch script, with their lines; quotes are dropped, not interpreted.
+
+    A flag scanner rather than a shell: words inside quoted strings are split
+    too, because ``GPT_ARGS="--num-layers 24 ..."`` is expanded unquoted later.
+    """
+    variables = _assignments(text)
+    out: list[Token] = []
+    for line_no, word in _words(text):
+        if _ASSIGN.match(word) and not word.startswith("--"):
+            word = word.split("=", 1)[1]
+            if not word.startswith("--"):
+                continue
+        out.append(Token(_substitute(word, variables), Origin(path, line_no, key=word)))
+    return out
+
+
+def _words(text: str) -> Iterator[tuple[int, str]]:
+    line, quote, word, word_line = 1, "", "", 1
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] == "\n":
+            i += 2
+            line += 1
+            continue
+        if quote:
+            if ch == quote:
+                quote = ""
+            elif ch.isspace():
+                if word:
+                    yield word_line, word
+                word = ""
+            else:
+                if not word:
+                    word_line = line
+                word += ch
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and not word:
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
+        elif ch.isspace() or ch in "();|&`":
+            if word:
+                yield word_line, word
+            word = ""
+        else:
+            if not word:
+                word_line = line
+            word += ch
+        if ch == "\n":
+            line += 1
+        i += 1
+    if word:
+        yield word_line, word
+
+
+def _assignments(text: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for raw in text.splitlines():
+        match = _ASSIGN.match(raw.strip())
+        if match:
+            value = match.group("value").strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            found[match.group("name")] = value
+    return found
+
+
+def _substitute(word: str, variables: Mapping[str, str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("braced") or match.group("bare")
+        if name in variables and "$" not in variables[name]:
+            return variables[name]
+        if match.group("default") is not None:
+            return match.group("default")
+        return match.group(0)
+
+    return _VAR.sub(replace, word)
+
+
+def _yaml_tokens(path: str) -> tuple[list[Token], dict[str, Setting]]:
+    """Megatron-LM functional-test YAML: ``MODEL_ARGS: {--flag: value}``, ``ENV_VARS: {...}``."""
+    doc = load_yaml(path)
+    tokens: list[Token] = []
+    args = doc.data.get("MODEL_ARGS") or {}
+    if not isinstance(args, dict):
+        raise InputError(path, "MODEL_ARGS must be a mapping of flags to values", doc.line(("MODEL_ARGS",)))
+    for flag, value in args.items():
+        origin = Origin(path, doc.line(("MODEL_ARGS", flag)), key=flag)
+        if value is False or value is None:
+            continue
+        tokens.append(Token(flag, origin))
+        if value is True:
+            continue
+        if isinstance(value, str) and value.startswith("[") and value.endswith("]"):
+            values = value[1:-1].split()  # "[a b c]" is how these files write lists
+        elif isinstance(value, list):
+            values = [str(v) for v in value]
+        else:
+            values = [str(value)]
+        tokens += [Token(v, origin) for v in values]
+    env: dict[str, Setting] = {}
+    env_vars = doc.data.get("ENV_VARS") or {}
+    if isinstance(env_vars, dict):
+        for name, value in env_vars.items():
+            env[f"env.{name}"] = Setting(value, Origin(path, doc.line(("ENV_VARS", name)), key=name))
+    return tokens, env
+
+
+class _Parser:
+    """argparse semantics over the recorded option metadata, keeping every token's origin."""
+
+    def __init__(self, request: Request, prof: Profile) -> None:
+        self.request = request
+        self.prof = prof
+        self.flags = mlm_flags(request.version)
+        self.values: dict[str, tuple[FlagSpec, Any, Origin]] = {}  # dest -> last value
+        self.unrecognised: list[Unrecognised] = []
+        self.ignored: list[Ignored] = []
+        self.rejected: list[Rejected] = []
+
+    def parse(self, tokens: list[Token], env: dict[str, Setting]) -> CanonicalConfig:
+        i = 0
+        while i < len(tokens):
+            token = tokens[i]
+            i += 1
+            if not token.text.startswith("--") or token.text == "--":
+                continue
+            flag, eq, inline = token.text.partition("=")
+            spec = self.flags.get(flag)
+            if spec is None:
+                self.unrecognised.append(Unrecognised("argv", flag, Setting(inline or True, token.origin), "crash"))
+                continue
+            values: list[Token] = [Token(inline, token.origin)] if eq else []
+            if spec.takes_value and not eq:
+                while i < len(tokens) and not _is_option(tokens[i].text) and \
+                        (spec.nargs in ("+", "*") or not values):
+                    values.append(tokens[i])
+                    i += 1
+            self._store(spec, token, values)
+        settings = self._settings()
+        settings.update(env)
+        return CanonicalConfig(
+            flavor="megatron-lm", version=self.request.version, settings=settings,
+            spelling=MegatronLmSpelling(self.flags, self.prof, {s.flag for s, _, _ in self.values.values()}),
+            defaults=self._defaults(), unrecognised=tuple(self.unrecognised), ignored=tuple(self.ignored),
+            rejected=tuple(self.rejected), inputs=self.request.files,
+        )
+
+    def _store(self, spec: FlagSpec, token: Token, values: list[Token]) -> None:
+        origin = token.origin
+        if spec.action == "store_true":
+            value: Any = True
+        elif spec.action == "store_false":
+            value = False
+        elif spec.action == "store_const":
+            value = spec.const
+        elif not values:
+            self.rejected.append(Rejected(spec.dest, Setting(None, origin), f"argparse: {spec.flag} expects a value"))
+            return
+        else:
+            unresolved = [v.text for v in values if "$" in v.text]
+            if unresolved:
+                self.ignored.append(Ignored(spec.flag, Setting(" ".join(v.text for v in values), origin),
+                                            f"the value {' '.join(unresolved)} is a shell variable the checker "
+                                            "cannot resolve; pass the flag with --argv to check it"))
+                self.values.pop(spec.dest, None)
+                return
+            converted = [self._convert(spec, v) for v in values]
+            if any(c is _REJECTED for c in converted):
+                return
+            value = converted if spec.nargs in ("+", "*") or isinstance(spec.nargs, int) else converted[0]
+        previous = self.values.get(spec.dest)
+        if previous is not None:
+            self.ignored.append(Ignored(previous[0].flag, Setting(previous[1], previous[2]),
+                                        f"{spec.flag} is given again at {origin.describe()}; argparse keeps "
+                                        "the last value"))
+        self.values[spec.dest] = (spec, value, origin)
+
+    def _convert(self, spec: FlagSpec, token: Token) -> Any:
+        text = token.text
+        try:
+            value: Any = {"int": int, "float": float}.get(spec.type or "", str)(text)
+        except ValueError:
+            self.rejected.append(Rejected(spec.dest, Setting(text, token.origin),
+                                          f"argparse: {spec.flag}: invalid {spec.type} value: {text!r}"))
+            return _REJECTED
+        if spec.choices is not None and value not in spec.choices:
+            choices = ", ".join(repr(c) for c in spec.choices)
+            self.rejected.append(Rejected(spec.dest, Setting(text, token.origin),
+                                          f"argparse: {spec.flag}: invalid choice: {text!r} (choose from {choices})"))
+            return _REJECTED
+        return value
+
+    def _paths(self, dest: str) -> tuple[str, ...]:
+        if dest in _DEST_ALIASES:
+            return _DEST_ALIASES[dest]
+        return tuple(f"{section}.{dest}" for section in ("model", "optimizer", "ddp")
+                     if self.prof.field(section, dest) is not None)
+
+    def _settings(self) -> dict[str, Setting]:
+        settings: dict[str, Setting] = {}
+        for dest, (spec, value, origin) in self.values.items():
+            for path in self._paths(dest):
+                settings[path] = Setting(value, Origin(origin.file, origin.line, origin.arg, spec.flag))
+        layers = self.values.get("cpu_offloading_num_layers")
+        if layers and isinstance(layers[1], int) and layers[1] > 0:
+            o = layers[2]
+            settings["model.cpu_offloading"] = Setting(True, Origin(o.file, o.line, o.arg, layers[0].flag, _IMPLIES))
+        recompute = self.values.get("recompute_activations")
+        if recompute and recompute[1] is True:
+            o = recompute[2]
+            settings["model.recompute_granularity"] = Setting(
+                "selective", Origin(o.file, o.line, o.arg, recompute[0].flag, _SELECTIVE))
+        self._derive_vpp(settings)
+        return settings
+
+    def _derive_vpp(self, settings: dict[str, Setting]) -> None:
+        per_stage = self.values.get("num_layers_per_virtual_pipeline_stage")
+        layers = settings.get("model.num_layers")
+        if not per_stage or layers is None:
+            return
+        pp = settings.get("model.pipeline_model_parallel_size")
+        pp_size = pp.value if pp is not None else 1
+        spec, value, o = per_stage
+        if isinstance(value, int) and value > 0 and isinstance(layers.value, int) and isinstance(pp_size, int) \
+                and pp_size > 0:
+            settings["model.virtual_pipeline_model_parallel_size"] = Setting(
+                layers.value // pp_size // value,
+                Origin(o.file, o.line, o.arg, spec.flag, "num_layers / pipeline size / layers per virtual stage"))
+
+    def _defaults(self) -> dict[str, Any]:
+        """Where the command line's default differs from the dataclass default, the command line wins."""
+        out: dict[str, Any] = {}
+        for spec in self.flags.values():
+            if spec.default is None or isinstance(spec.default, dict) or spec.action == "store_false":
+                continue
+            for path in self._paths(spec.dest):
+                section, _, name = path.partition(".")
+                field = self.prof.field(section, name)
+                if field is not None and field.default != spec.default and field.kind in ("bool", "int", "float",
+                                                                                         "str", "list_str"):
+                    out[path] = spec.default
+        return out
+
+
+_REJECTED = object()
+
+
+def _is_option(text: str) -> bool:
+    # argparse treats "-1" and "-0.5" as values when no option looks like a negative number.
+    return text.startswith("-") and not re.fullmatch(r"-\d+(\.\d*)?([eE][-+]?\d+)?", text)
+
+
+class MegatronLmSpelling:
+    """Megatron-LM flags for canonical paths, in the selected version."""
+
+    def __init__(self, flags: Mapping[str, FlagSpec], prof: Profile, given: set[str]) -> None:
+        self.by_dest: dict[str, list[FlagSpec]] = {}
+        for spec in flags.values():
+            self.by_dest.setdefault(spec.dest, []).append(spec)
+        self.given = given
+
+    def _flag(self, dest: str, action: str | None = None) -> FlagSpec | None:
+        for spec in self.by_dest.get(dest, []):
+            if action is None or spec.action == action:
+                return spec
+        return None
+
+    def patch(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for path, value in changes.items():
+            name = path.partition(".")[2]
+            if path == "model.cpu_offloading":
+                if value is False:
+                    out["--cpu-offloading-num-layers"] = 0
+                continue
+            if path == "model.recompute_granularity" and value is None:
+                for flag in ("--recompute-granularity", "--recompute-activations"):
+                    if flag in self.given:
+                        out[flag] = None
+                continue
+            if path == "ddp.use_distributed_optimizer":
+                name = "use_distributed_optimizer"
+            if isinstance(value, bool):
+                spec = self._flag(name, "store_true") if value else self._flag(name, "store_false")
+                if spec is not None:
+                    out[spec.flag] = True
+                    continue
+                spec = self._flag(name)
+                if spec is not None:
+                    out[spec.flag] = None  # remove the store_true flag (or the --no- flag)
+                continue
+            spec = self._flag(name)
+            if spec is not None:
+                out[spec.flag] = value
+        return out
+
+    def override_lines(self, patch: Mapping[str, Any]) -> list[str]:
+        lines = []
+        for flag, value in patch.items():
+            if value is None:
+                lines.append(f"# remove {flag}")
+            elif value is True:
+                lines.append(flag)
+            elif isinstance(value, list):
+                lines.append(" ".join([flag] + [str(v) for v in value]))
+            else:
+                lines.append(f"{flag} {value}")
+        return lines

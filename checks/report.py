@@ -1,0 +1,90 @@
+"""Render findings: text for people, JSON for tools. Renderers only format; they decide nothing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from checks.config import Origin
+from checks.engine import Finding
+
+
+@dataclass(frozen=True)
+class Report:
+    """The outcome of one ``check`` run."""
+
+    findings: tuple[Finding, ...]
+    flavor: str
+    mcore_version: str
+    inputs: tuple[str, ...]
+    strict: bool = False
+
+    def count(self, severity: str) -> int:
+        return sum(1 for f in self.findings if f.severity == severity)
+
+    @property
+    def failed(self) -> bool:
+        return self.count("error") > 0 or (self.strict and self.count("warning") > 0)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+
+def location_json(origin: Origin | None) -> dict[str, Any] | None:
+    if origin is None or (origin.file is None and origin.arg is None):
+        return None
+    return {"file": origin.file, "line": origin.line, "arg": origin.arg}
+
+
+def finding_json(f: Finding) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "rule": f.rule, "severity": f.severity, "target": f.target, "path": f.path,
+        "location": location_json(f.origin), "message": f.message, "fix": f.fix,
+        "upstream": f.upstream.as_json() if f.upstream else None,
+    }
+    if f.patch:
+        out["patch"] = f.patch
+    return out
+
+
+def render_json(report: Report) -> str:
+    document = {
+        "status": "fail" if report.failed else "ok",
+        "mcore_version": report.mcore_version,
+        "flavor": report.flavor,
+        "findings": [finding_json(f) for f in report.findings],
+        "summary": {s: report.count(s) for s in ("error", "warning", "info")},
+    }
+    return json.dumps(document, indent=2)
+
+
+def _where(origin: Origin | None, inputs: Sequence[str]) -> str:
+    if origin is not None and (origin.file is not None or origin.arg is not None):
+        return origin.describe()
+    return inputs[0] if inputs else "<config>"
+
+
+def render_text(report: Report) -> str:
+    lines: list[str] = []
+    for f in report.findings:
+        target = f"[{f.target}] " if f.target else ""
+        lines.append(f"{_where(f.origin, report.inputs)}: {f.severity.upper()} {f.rule} {target}{f.message}")
+        lines.append(f"    fix: {f.fix}")
+        if f.upstream is not None:
+            quoted = f'"{f.upstream.message}"' if f.upstream.message is not None else "(bare assert, no message)"
+            lines.append(f"    upstream: {f.upstream.project} {quoted} at {f.upstream.anchor}")
+    counts = ", ".join(f"{report.count(s)} {s}{'s' if report.count(s) != 1 else ''}"
+                       for s in ("error", "warning", "info"))
+    context = f"{report.flavor}, megatron-core {report.mcore_version}"
+    if report.findings:
+        lines.append(f"{counts} ({context})")
+        ids = " ".join(dict.fromkeys(f.rule for f in report.findings))
+        lines.append(f"For more on each rule: python -m checks explain {ids}")
+    else:
+        lines.append(f"ok: no offloading problems found ({context})")
+    return "\n".join(lines)
+
+
+RENDERERS: dict[str, Callable[[Report], str]] = {"text": render_text, "json": render_json}

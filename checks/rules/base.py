@@ -1,0 +1,86 @@
+"""What a rule is: metadata, its upstream checks, its examples, and what a check yields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from checks.anchors import Upstream, UpstreamCheck
+from checks.config import Origin
+from checks.versions import VERSIONS, version_key
+
+if TYPE_CHECKING:
+    from checks.context import Context
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+SEVERITIES: tuple[str, ...] = (ERROR, WARNING, INFO)
+ALL_FLAVORS: frozenset[str] = frozenset({"bridge", "nemo-rl", "megatron-lm"})
+
+@dataclass(frozen=True)
+class Example:
+    """A config that shows a rule: in the input's real format, small enough to read."""
+
+    text: str  # YAML for bridge / nemo-rl, a command line for megatron-lm
+    flavor: str = "bridge"
+    version: str | None = None  # None: every version the rule applies to
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a check yields; the engine adds the rule's id, severity and the location."""
+
+    path: str  # canonical path the finding is about
+    message: str  # states the actual values
+    fix: str  # imperative
+    patch: Mapping[str, Any] | None = None  # canonical path -> new value, when the fix is a change of values
+    upstream: Upstream | None = None  # None where the finding goes beyond upstream
+    at: tuple[str, ...] = ()  # other paths to locate the finding by when ``path`` was not set
+    origin: Origin | None = None  # an explicit location (keys that have no canonical path)
+    severity: str | None = None  # overrides the rule's severity (rarely: when consequences differ by version)
+
+
+Check = Callable[["Context"], Iterable[Hit]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check with a stable id. The check function's docstring is its documentation."""
+
+    id: str
+    name: str  # kebab-case slug
+    severity: str
+    check: Check
+    bad: Example
+    good: Example
+    reads: tuple[str, ...] = ()  # canonical paths; the rule is skipped when one holds a value of the wrong type
+    since: str | None = None  # first megatron-core version it applies to
+    until: str | None = None  # last version it applies to
+    flavors: frozenset[str] = ALL_FLAVORS
+    upstream: tuple[UpstreamCheck, ...] = ()
+
+    @property
+    def doc(self) -> str:
+        return _dedent(self.check.__doc__ or "")
+
+    @property
+    def summary(self) -> str:
+        return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
+
+    def applies_to(self, version: str, flavor: str) -> bool:
+        if flavor not in self.flavors:
+            return False
+        key = version_key(version)
+        if self.since is not None and key < version_key(self.since):
+            return False
+        if self.until is not None and key > version_key(self.until):
+            return False
+        return True
+
+    def versions(self) -> tuple[str, ...]:
+        return tuple(v for v in VERSIONS if self.applies_to(v, next(iter(sorted(self.flavors)))))
+
+
+def _dedent(text: str) -> str:
+    import inspect
+
+    return inspect.cleandoc(text)

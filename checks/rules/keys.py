@@ -1,0 +1,300 @@
+"""CFG: keys and values the front end or megatron-core will misread: typos, wrong types, wrong versions."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Iterator
+
+from checks.config import Unrecognised
+from checks.context import Context
+from checks.formats import BRIDGE_SECTIONS, NEMO_RL_MEGATRON_CFG_KEYS, is_offload_related, normalise
+from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
+from checks.values import describe, show
+from checks.versions import all_flags, mlm_flags, versions_with_field, versions_with_flag
+
+_FRONT_END = {"bridge": "Megatron Bridge", "nemo-rl": "NeMo-RL", "megatron-lm": "Megatron-LM"}
+
+
+def _consequence(ctx: Context, item: Unrecognised) -> str:
+    if item.consequence == "crash":
+        return "the run fails at start-up" if item.section != "argv" else "argparse exits at start-up"
+    return f"{_FRONT_END[ctx.flavor]} drops it without an error, so it has no effect"
+
+
+def _home(ctx: Context, item: Unrecognised) -> str | None:
+    """The section a misplaced field really belongs to."""
+    for section in ("model", "optimizer", "ddp"):
+        if section != item.section and normalise(item.name) in ctx.profile.names(section):
+            return section
+    return None
+
+
+def _candidates(ctx: Context, item: Unrecognised) -> list[str]:
+    if item.section == "argv":
+        return list(mlm_flags(ctx.version))
+    if item.section == "":
+        return sorted(BRIDGE_SECTIONS - {"_target_"})
+    if item.section == "megatron_cfg":
+        return sorted(NEMO_RL_MEGATRON_CFG_KEYS | ctx.profile.names("model"))
+    return sorted(ctx.profile.names(item.section))
+
+
+def _elsewhere(ctx: Context, item: Unrecognised) -> tuple[str, ...]:
+    """Other versions that have this key (empty when none has it)."""
+    if item.section == "argv":
+        return versions_with_flag(item.name)
+    if item.section in ("model", "optimizer", "ddp"):
+        return versions_with_field(item.section, item.name)
+    return ()
+
+
+def _suggest(ctx: Context, item: Unrecognised) -> str | None:
+    key = item.name if item.section == "argv" else normalise(item.name)
+    close = difflib.get_close_matches(key, _candidates(ctx, item), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def check_unknown_key(ctx: Context) -> Iterator[Hit]:
+    """An offloading key that is not a field of its section (a typo, or the wrong place).
+
+    What it checks:
+        A key the front end does not know, in a config section megatron-core or the
+        framework reads, whose name is (or nearly is) about offloading: misspelled fields
+        (``optimizer_cpu_ofload``), flags (``--cpu-offload-num-layers``), NeMo-RL keys put
+        directly under ``megatron_cfg`` that belong under ``model_overrides``, and keys
+        that exist in no megatron-core version (``offload_optimizer_states``). Also any
+        unknown key where the front end refuses unknown keys (NeMo-RL's optimizer section
+        and ``model_overrides``). Suggests the closest real name.
+
+    Why it matters:
+        Depending on the front end the run either fails at start-up (Megatron-LM
+        argparse, NeMo-RL) or drops the key without a word (Bridge providers, NeMo-RL's
+        ``megatron_cfg``), in which case the offloading you configured never happens.
+
+    Source:
+        Beyond upstream.
+    """
+    for item in ctx.cfg.unrecognised:
+        if _elsewhere(ctx, item):
+            continue  # CFG003 reports keys that exist in another version
+        offload = is_offload_related(item.name)
+        suggestion = _suggest(ctx, item)
+        if item.section == "":
+            if suggestion is None:
+                continue
+        elif not offload and item.consequence != "crash":
+            continue
+        elif not offload and item.section == "argv":
+            continue  # scripts carry other programs' flags (torchrun, python); only offload flags are ours
+        key = item.setting.origin.key or item.name
+        home = _home(ctx, item) if item.section in ("model", "optimizer", "ddp") else None
+        if item.section == "megatron_cfg" and normalise(item.name) in ctx.profile.names("model"):
+            hint, fix = ("NeMo-RL sets this model field only under megatron_cfg.model_overrides",
+                         f"Move it to megatron_cfg.model_overrides.{normalise(item.name)}")
+        elif home is not None:
+            hint, fix = f"it is a {home} field", f"Move it under {home}"
+        elif suggestion is not None and suggestion != normalise(item.name):
+            hint, fix = f"did you mean {suggestion!r}?", f"Rename it to {suggestion!r}"
+        else:
+            hint, fix = "", "Remove it"
+        where = {"argv": f"a Megatron-LM flag in megatron-core {ctx.version}",
+                 "": "a section of Megatron Bridge's ConfigContainer",
+                 "megatron_cfg": "a key NeMo-RL reads under megatron_cfg"}.get(
+            item.section, f"a field of {item.section} in megatron-core {ctx.version}")
+        detail = f" ({hint})" if hint else ""
+        yield Hit(key, f"{key!r} is not {where}{detail}; "
+                  f"{_consequence(ctx, item)}", fix, origin=item.setting.origin)
+
+
+def check_value_type(ctx: Context) -> Iterator[Hit]:
+    """A value of the wrong type, such as ``"True"``, ``"auto"`` or ``"0.5"`` in quotes.
+
+    What it checks:
+        A field whose value is not of the field's type in the selected megatron-core
+        version: strings where a bool or number belongs, a bare name where a list of
+        module names belongs, null where a value is required. An int 0/1 for a bool and
+        an int for a float are accepted, because megatron-core treats them the same.
+
+    Why it matters:
+        megatron-core does not check types. A string is truthy, so
+        ``cpu_offloading: "False"`` turns offloading *on*; ``offload_modules: core_attn``
+        becomes the set of its letters; a quoted fraction fails with a ``TypeError``
+        inside the optimizer after the job has been scheduled.
+
+    Source:
+        Beyond upstream.
+    """
+    for path, problem in ctx.invalid.items():
+        setting = ctx.setting(path)
+        if setting is None:
+            continue
+        value = setting.value
+        name = path.split(".", 1)[1]
+        truthy = ""
+        spec = ctx.profile.field(*path.split(".", 1))
+        if spec is not None and spec.kind == "bool" and isinstance(value, str) and value:
+            truthy = "; megatron-core tests it for truth, so any non-empty string (even \"False\") means true"
+        fixed = _repair(spec.kind if spec else "any", value)
+        yield Hit(path, f"{name}={value!r} {problem}{truthy}",
+                  f"Write {name} as {_describe_kind(spec.kind if spec else 'any')}" +
+                  (f", e.g. {name}: {show(fixed)}" if fixed is not None else ""),
+                  patch={path: fixed} if fixed is not None else None)
+
+
+def _describe_kind(kind: str) -> str:
+    return {"bool": "true or false (unquoted)", "int": "an unquoted integer", "float": "an unquoted number",
+            "str": "a string", "list_str": "a list of names, [a, b]", "dtype": "a dtype name (fp32, bf16, fp16)"
+            }.get(kind, "a value of the right type")
+
+
+def _repair(kind: str, value: Any) -> Any:
+    """The value the user most likely meant, or None when it cannot be told."""
+    if isinstance(value, str):
+        text = value.strip()
+        if kind == "bool" and text.lower() in ("true", "false", "yes", "no", "on", "off", "1", "0"):
+            return text.lower() in ("true", "yes", "on", "1")
+        if kind in ("int", "float"):
+            try:
+                number = float(text)
+            except ValueError:
+                return None
+            if kind == "float":
+                return number
+            return int(number) if number.is_integer() else None
+        if kind == "list_str" and text:
+            return [part for part in text.replace(",", " ").strip("[]").split() if part]
+    if kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def check_version(ctx: Context) -> Iterator[Hit]:
+    """A field or flag that does not exist in the selected megatron-core version.
+
+    What it checks:
+        A config key or Megatron-LM flag that some known megatron-core version has but the
+        selected one (``--mcore-version``) does not, e.g. ``activation_offload_fraction``
+        (from 0.19) with 0.16, or ``--cpu-offloading-num-layers`` (from 0.16) with 0.15.
+        Offloading keys are reported one by one as errors; other keys are gathered in one
+        warning, since many of them usually mean the version is wrong.
+
+    Why it matters:
+        The Megatron-LM parser exits on an unknown flag; Bridge and NeMo-RL drop or
+        reject a field their megatron-core lacks. Either way the setting does not do what
+        the config says.
+
+    Source:
+        Beyond upstream: the field tables of each release (``tools/mcore_fields.py``).
+    """
+    others: list[tuple[str, tuple[str, ...]]] = []
+    for item in ctx.cfg.unrecognised:
+        present = _elsewhere(ctx, item)
+        if not present:
+            continue
+        key = item.setting.origin.key or item.name
+        if is_offload_related(item.name) or item.consequence == "crash":
+            newer = [v for v in present if _newer(v, ctx.version)]
+            advice = f"upgrade megatron-core to {newer[0]} or later" if newer else \
+                f"use megatron-core {present[-1]} or earlier"
+            yield Hit(key, f"{key!r} does not exist in megatron-core {ctx.version} (it exists in "
+                      f"{', '.join(present)}); {_consequence(ctx, item)}",
+                      f"Remove it, or {advice} (and pass --mcore-version)", origin=item.setting.origin)
+        else:
+            others.append((key, present))
+    if others:
+        keys = ", ".join(k for k, _ in others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+        yield Hit(others[0][0], f"{len(others)} key(s) do not exist in megatron-core {ctx.version}: {keys}",
+                  "Check --mcore-version (the default is the newest release the checker knows); the keys exist in "
+                  f"{', '.join(others[0][1])}", origin=next(i.setting.origin for i in ctx.cfg.unrecognised
+                                                             if (i.setting.origin.key or i.name) == others[0][0]),
+                  severity=WARNING)
+
+
+def _newer(a: str, b: str) -> bool:
+    from checks.versions import version_key
+
+    return version_key(a) > version_key(b)
+
+
+def check_rejected(ctx: Context) -> Iterator[Hit]:
+    """A value the Megatron-LM argument parser refuses (bad number, unknown choice, missing value).
+
+    What it checks:
+        A flag's value that argparse rejects with the selected version's parser:
+        ``--optimizer-offload-fraction half``, ``--recompute-granularity partial``, a
+        value-taking flag at the end of the line.
+
+    Why it matters:
+        ``argparse`` exits before training starts, after the job has been scheduled.
+
+    Source:
+        Megatron-LM's argument parser, dumped per version (``tools/mlm_flags.py``).
+    """
+    for item in ctx.cfg.rejected:
+        yield Hit(item.path if "." in item.path else f"{_section(ctx, item.path)}.{item.path}", item.reason,
+                  "Give the flag a valid value (python -m checks explain CFG004 lists the parser's rules)",
+                  origin=item.setting.origin)
+
+
+def _section(ctx: Context, dest: str) -> str:
+    for section in ("model", "optimizer", "ddp"):
+        if ctx.profile.field(section, dest) is not None:
+            return section
+    return "argv"
+
+
+def check_ignored(ctx: Context) -> Iterator[Hit]:
+    """An offloading setting the front end drops without saying so.
+
+    What it checks:
+        A value the input gives that never reaches megatron-core: NeMo-RL settings while
+        ``megatron_cfg.enabled`` is false, NeMo-RL's ``offload_modules`` when
+        ``fine_grained_activation_offloading`` is false or unset, a Megatron-LM flag given
+        twice (the last one wins), or a flag whose value is a shell variable the checker
+        cannot resolve. Reported for offloading settings only.
+
+    Why it matters:
+        The config says one thing and the run does another.
+
+    Source:
+        Beyond upstream: NeMo-RL ``_apply_performance_config``, argparse semantics.
+    """
+    for item in ctx.cfg.ignored:
+        if not is_offload_related(item.path.rsplit(".", 1)[-1]) and not is_offload_related(item.setting.origin.key):
+            continue
+        key = item.setting.origin.key or item.path
+        yield Hit(item.path, f"{key} = {_short(item.setting.value)} is not used: {item.reason}",
+                  "Remove it, or change the setting that disables it", origin=item.setting.origin)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_DESCRIBE = describe  # re-exported for tests
+RULES: tuple[Rule, ...] = (
+    Rule("CFG001", "unknown-offload-key", ERROR, check_unknown_key,
+         bad=Example("optimizer:\n  optimizer_cpu_ofload: true\n"),
+         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n")),
+    Rule("CFG002", "wrong-value-type", ERROR, check_value_type,
+         bad=Example("model:\n  cpu_offloading: \"False\"\n"),
+         good=Example("model:\n  cpu_offloading: false\n")),
+    Rule("CFG003", "field-not-in-version", ERROR, check_version,
+         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
+                     "  activation_offload_fraction: 0.5\n", version="0.16.1"),
+         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
+                      "  activation_offload_fraction: 0.5\n", version="0.19.2")),
+    Rule("CFG004", "rejected-by-argument-parser", ERROR, check_rejected,
+         bad=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --optimizer-offload-fraction half",
+                     "megatron-lm"),
+         good=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --optimizer-offload-fraction 0.5",
+                      "megatron-lm"),
+         flavors=frozenset({"megatron-lm"})),
+    Rule("CFG005", "offload-setting-ignored", WARNING, check_ignored,
+         bad=Example("policy:\n  megatron_cfg:\n    enabled: false\n    optimizer:\n"
+                     "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n", "nemo-rl"),
+         good=Example("policy:\n  megatron_cfg:\n    enabled: true\n    optimizer:\n"
+                      "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n"
+                      "      use_distributed_optimizer: true\n", "nemo-rl")),
+)

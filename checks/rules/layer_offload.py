@@ -1,0 +1,291 @@
+"""ACT: layer-level activation offloading (``cpu_offloading*``, implemented by Transformer Engine)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from checks.context import Context
+from checks.rules import upstream as up
+from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule
+
+_SWITCH = "model.cpu_offloading"
+_LAYERS = "model.cpu_offloading_num_layers"
+_KNOBS: tuple[tuple[str, object], ...] = (
+    # (field, value that means "the user asked for something") for knobs that act only under the switch
+    ("model.cpu_offloading_double_buffering", True),
+    ("model.cpu_offloading_retain_pinned_cpu_buffers", True),
+)
+
+
+def graph_impl(ctx: Context) -> str:
+    """The CUDA-graph implementation megatron-core ends up with, after its deprecation rewrites."""
+    if ctx.get("model.enable_cuda_graph"):
+        return "local"
+    if ctx.get("model.external_cuda_graph"):
+        return "transformer_engine"
+    impl = ctx.get("model.cuda_graph_impl") or "none"
+    scope = ctx.get("model.cuda_graph_scope")
+    scopes = scope if isinstance(scope, list) else [scope]
+    if ctx.at_least("0.18") and impl == "local" and "full_iteration" in scopes:
+        return "full_iteration"  # 0.18 migrated the full_iteration scope to an implementation
+    return str(impl)
+
+
+def blockers(ctx: Context, layers: int) -> list[str]:
+    """Why turning ``cpu_offloading`` on with ``layers`` offloaded layers would fail at start-up."""
+    out = []
+    if ctx.known("model.num_layers") and not 0 <= layers < ctx.get("model.num_layers"):
+        out.append(f"{layers} is not below num_layers={ctx.get('model.num_layers')}")
+    if (ctx.get("model.pipeline_model_parallel_size") or 1) > 1:
+        out.append(f"pipeline_model_parallel_size={ctx.get('model.pipeline_model_parallel_size')}")
+    if ctx.get("model.recompute_granularity") is not None:
+        out.append(f"recompute_granularity={ctx.get('model.recompute_granularity')!r}")
+    if ctx.get("model.fine_grained_activation_offloading"):
+        out.append("fine_grained_activation_offloading=true")
+    return out
+
+
+def check_num_layers_range(ctx: Context) -> Iterator[Hit]:
+    """``cpu_offloading_num_layers`` must lie in [0, num_layers - 1] while ``cpu_offloading`` is on.
+
+    What it checks:
+        With ``cpu_offloading`` true, ``cpu_offloading_num_layers`` is negative or not
+        below ``num_layers``. When the config does not give ``num_layers`` (a partial
+        override), only the lower bound is checked and an info finding says so.
+
+    Why it matters:
+        ``TransformerConfig.__post_init__`` raises ``ValueError`` at start-up. The last
+        layer is never offloaded: Transformer Engine needs it on the device to overlap
+        the reloads, and TE >= 2.10 warns that ``num_layers - 1`` already prevents that
+        overlap, so ``num_layers - 2`` or fewer is the useful maximum.
+
+    Source:
+        megatron-core ``TransformerConfig.__post_init__`` in every version.
+    """
+    if not ctx.get(_SWITCH):
+        return
+    layers = ctx.get(_LAYERS)
+    total = ctx.get("model.num_layers") if ctx.known("model.num_layers") else None
+    if layers >= 0 and total is None:
+        if layers > 0:
+            yield Hit(_LAYERS, f"cpu_offloading_num_layers={layers} cannot be checked against num_layers: the "
+                      "config does not set num_layers (the recipe or checkpoint does)",
+                      "Pass the model depth, e.g. --set model.num_layers=32, to check the range",
+                      at=(_SWITCH,), severity=INFO)
+        return
+    if total is not None and 0 <= layers < total:
+        return
+    suggestion = max(1, total - 2) if total is not None and total > 2 else (1 if total is None else 0)
+    valid = f"0 to {total - 1}" if total is not None else "0 or more"
+    yield Hit(
+        _LAYERS,
+        f"cpu_offloading_num_layers={layers} but megatron-core accepts {valid}"
+        + (f" (num_layers={total})" if total is not None else ""),
+        f"Set cpu_offloading_num_layers to at most {total - 2 if total and total > 2 else valid} "
+        "(the last layers must stay on the device for overlap)",
+        patch={_LAYERS: suggestion} if suggestion else None,
+        upstream=ctx.upstream(up.C1_NUM_LAYERS, num_layers=total if total is not None else "<num_layers>"),
+        at=(_SWITCH,),
+    )
+
+
+def check_pipeline_parallel(ctx: Context) -> Iterator[Hit]:
+    """Layer-level offloading does not support pipeline parallelism.
+
+    What it checks:
+        ``cpu_offloading`` is true and ``pipeline_model_parallel_size`` is greater than 1
+        (with or without virtual pipeline stages).
+
+    Why it matters:
+        ``TransformerConfig.__post_init__`` raises ``ValueError``. Transformer Engine's
+        offload synchroniser counts layers modulo the whole model's depth, which is only
+        right when one rank holds every layer.
+
+    Source:
+        megatron-core ``TransformerConfig.__post_init__`` in every version. Fine-grained
+        offloading (``fine_grained_activation_offloading``, >= 0.16) supports PP and VPP.
+    """
+    pp = ctx.get("model.pipeline_model_parallel_size") or 1
+    if not ctx.get(_SWITCH) or pp <= 1:
+        return
+    patch: dict[str, object] = {"model.pipeline_model_parallel_size": 1}
+    if ctx.get("model.virtual_pipeline_model_parallel_size") is not None:
+        patch["model.virtual_pipeline_model_parallel_size"] = None
+    alternative = (" or keep PP and switch to fine-grained offloading (cpu_offloading=false, "
+                   "fine_grained_activation_offloading=true, offload_modules=[core_attn, attn_proj])"
+                   if ctx.at_least("0.16") else "")
+    yield Hit(
+        "model.pipeline_model_parallel_size",
+        f"cpu_offloading=true with pipeline_model_parallel_size={pp}: layer-level offloading needs PP=1",
+        f"Set pipeline_model_parallel_size to 1{alternative}",
+        patch=patch, upstream=ctx.upstream(up.C2_PIPELINE), at=(_SWITCH,),
+    )
+
+
+def check_recompute(ctx: Context) -> Iterator[Hit]:
+    """Layer-level offloading cannot be combined with activation recomputation.
+
+    What it checks:
+        ``cpu_offloading`` is true and ``recompute_granularity`` is set (``full``,
+        ``selective``, or any other value: the check only asks whether it is set).
+
+    Why it matters:
+        ``TransformerConfig.__post_init__`` raises ``ValueError``. On the Megatron-LM
+        command line ``--recompute-activations`` means ``selective``, so it trips this
+        too.
+
+    Source:
+        megatron-core ``TransformerConfig.__post_init__`` in every version.
+    """
+    granularity = ctx.get("model.recompute_granularity")
+    if not ctx.get(_SWITCH) or granularity is None:
+        return
+    alternative = (", or keep recompute and offload with fine_grained_activation_offloading instead"
+                   if ctx.at_least("0.16") else "")
+    yield Hit(
+        "model.recompute_granularity",
+        f"cpu_offloading=true with recompute_granularity={granularity!r}: layer-level offloading works only "
+        "without activation recomputation",
+        f"Turn recomputation off (recompute_granularity=null){alternative}",
+        patch={"model.recompute_granularity": None}, upstream=ctx.upstream(up.C3_RECOMPUTE), at=(_SWITCH,),
+    )
+
+
+def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
+    """Layer-level offloading is refused with CUDA graphs, except ``full_iteration`` from 0.18.
+
+    What it checks:
+        ``cpu_offloading`` is true and a CUDA-graph implementation is active. Per version:
+        0.14 checks only ``enable_cuda_graph`` (``external_cuda_graph`` slips through);
+        0.15-0.17 refuse every implementation, and ``full_iteration`` does not exist yet
+        (``Invalid cuda graph implementation``); from 0.18 ``full_iteration`` is exempt.
+
+    Why it matters:
+        ``TransformerConfig.__post_init__`` raises at start-up. Offload copies are
+        host-synchronised and cannot be captured in a per-layer graph.
+
+    Source:
+        megatron-core ``TransformerConfig.__post_init__``; the exemption arrived with
+        NVIDIA/Megatron-LM PR #3969 / #4292 (0.18.0).
+    """
+    if not ctx.get(_SWITCH):
+        return
+    if ctx.version == "0.14.0":
+        if ctx.get("model.enable_cuda_graph"):
+            yield Hit("model.enable_cuda_graph", "cpu_offloading=true with enable_cuda_graph=true",
+                      "Turn CUDA graphs off (enable_cuda_graph=false) or turn cpu_offloading off",
+                      patch={"model.enable_cuda_graph": False}, upstream=ctx.upstream(up.C4_CUDA_GRAPHS),
+                      at=(_SWITCH,))
+        return
+    impl = graph_impl(ctx)
+    if impl == "none" or (impl == "full_iteration" and ctx.at_least("0.18")):
+        return
+    path = next((p for p in ("model.enable_cuda_graph", "model.external_cuda_graph") if ctx.get(p)),
+                "model.cuda_graph_impl")
+    if impl == "full_iteration":
+        yield Hit(path, f"cuda_graph_impl='full_iteration' does not exist in megatron-core {ctx.version}; it "
+                  "arrived in 0.18, which also exempts it from the CPU-offloading check",
+                  "Upgrade megatron-core to 0.18 or later, or set cuda_graph_impl=none",
+                  patch={"model.cuda_graph_impl": "none"}, upstream=ctx.upstream(up.C6_GRAPH_IMPL, impl=impl),
+                  at=(_SWITCH,))
+        return
+    hint = " or use cuda_graph_impl=full_iteration, the only graph mode allowed with it" if ctx.at_least("0.18") else ""
+    yield Hit(path, f"cpu_offloading=true with CUDA graphs ({impl}): megatron-core refuses the combination",
+              f"Turn CUDA graphs off (cuda_graph_impl=none){hint}, or turn cpu_offloading off",
+              patch={p: (False if p != "model.cuda_graph_impl" else "none") for p in (path,)},
+              upstream=ctx.upstream(up.C4_CUDA_GRAPHS), at=(_SWITCH,))
+
+
+def check_zero_layers(ctx: Context) -> Iterator[Hit]:
+    """``cpu_offloading`` on with ``cpu_offloading_num_layers`` 0 offloads nothing.
+
+    What it checks:
+        ``cpu_offloading`` is true and ``cpu_offloading_num_layers`` is 0 (its default).
+
+    Why it matters:
+        megatron-core accepts it, Transformer Engine builds its offload context, and no
+        layer is offloaded: the memory saving you planned for never happens and the job
+        may run out of memory later. (On the Megatron-LM command line
+        ``--cpu-offloading-num-layers N`` is the switch, so this only happens with Bridge,
+        NeMo-RL ``model_overrides`` or Python configs.)
+
+    Source:
+        Beyond upstream: TE's offload loop runs ``range(num_layers)`` (v1) or marks no
+        layer (v2, TE >= 2.10).
+    """
+    if ctx.get(_SWITCH) and ctx.get(_LAYERS) == 0:
+        yield Hit(_LAYERS, "cpu_offloading=true but cpu_offloading_num_layers=0: no layer is offloaded",
+                  "Set cpu_offloading_num_layers to the number of layers to offload (1 to num_layers - 2), "
+                  "or set cpu_offloading=false", at=(_SWITCH,))
+
+
+def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
+    """``cpu_offloading_*`` knobs do nothing while ``cpu_offloading`` is off.
+
+    What it checks:
+        ``cpu_offloading`` is false and ``cpu_offloading_num_layers`` is above 0, or
+        ``cpu_offloading_double_buffering`` / ``cpu_offloading_retain_pinned_cpu_buffers``
+        is true. When enabling it as written would fail, the message says why.
+
+    Why it matters:
+        Megatron Bridge never derives the switch from the layer count (the Megatron-LM
+        command line does), so a recipe that sets only ``cpu_offloading_num_layers``
+        offloads nothing, silently.
+
+    Source:
+        Beyond upstream. Seen in Megatron-Bridge@067f987d
+        ``perf_recipes/gpt_oss/common.py:86`` (95 layers on a 24-layer model).
+    """
+    if ctx.get(_SWITCH):
+        return
+    layers = ctx.get(_LAYERS)
+    if ctx.is_set(_LAYERS) and layers > 0:
+        problems = blockers(ctx, layers)
+        tail = f"; enabling it as written would fail: {', '.join(problems)}" if problems else ""
+        yield Hit(_LAYERS, f"cpu_offloading_num_layers={layers} has no effect because cpu_offloading is "
+                  f"false{tail}",
+                  "Set cpu_offloading=true to offload these layers, or remove cpu_offloading_num_layers",
+                  patch=None if problems else {_SWITCH: True})
+    for path, active in _KNOBS:
+        if ctx.exists(path) and ctx.is_set(path) and ctx.get(path) == active:
+            name = path.split(".", 1)[1]
+            yield Hit(path, f"{name}={active} has no effect because cpu_offloading is false",
+                      f"Remove {name}, or turn cpu_offloading on")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("ACT001", "cpu-offloading-num-layers-range", ERROR, check_num_layers_range,
+         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 24\n"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 8\n"),
+         reads=(_SWITCH, _LAYERS, "model.num_layers"), upstream=(up.C1_NUM_LAYERS,)),
+    Rule("ACT002", "cpu-offloading-pipeline-parallel", ERROR, check_pipeline_parallel,
+         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                     "  pipeline_model_parallel_size: 2\n"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                      "  pipeline_model_parallel_size: 1\n"),
+         reads=(_SWITCH, "model.pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size"),
+         upstream=(up.C2_PIPELINE,)),
+    Rule("ACT003", "cpu-offloading-recompute", ERROR, check_recompute,
+         bad=Example("--num-layers 24 --cpu-offloading-num-layers 4 --recompute-activations", "megatron-lm"),
+         good=Example("--num-layers 24 --cpu-offloading-num-layers 4", "megatron-lm"),
+         reads=(_SWITCH, "model.recompute_granularity"), upstream=(up.C3_RECOMPUTE,)),
+    Rule("ACT004", "cpu-offloading-cuda-graphs", ERROR, check_cuda_graphs,
+         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                     "  cuda_graph_impl: transformer_engine\n", version="0.16.1"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                      "  cuda_graph_impl: full_iteration\n", version="0.19.2"),
+         reads=(_SWITCH, "model.cuda_graph_impl", "model.enable_cuda_graph", "model.external_cuda_graph",
+                "model.cuda_graph_scope"),
+         upstream=(up.C4_CUDA_GRAPHS, up.C6_GRAPH_IMPL)),
+    Rule("ACT005", "cpu-offloading-zero-layers", WARNING, check_zero_layers,
+         bad=Example("model:\n  cpu_offloading: true\n"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n"),
+         reads=(_SWITCH, _LAYERS), flavors=frozenset({"bridge", "nemo-rl"})),
+    Rule("ACT006", "cpu-offloading-knobs-without-switch", WARNING, check_knobs_without_switch,
+         bad=Example("model:\n  num_layers: 24\n  cpu_offloading_num_layers: 95\n"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"),
+         reads=(_SWITCH, _LAYERS, "model.num_layers", "model.cpu_offloading_double_buffering",
+                "model.cpu_offloading_retain_pinned_cpu_buffers", "model.pipeline_model_parallel_size",
+                "model.recompute_granularity", "model.fine_grained_activation_offloading"),
+         flavors=frozenset({"bridge", "nemo-rl"})),
+)

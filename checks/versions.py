@@ -1,0 +1,206 @@
+"""megatron-core versions the checker knows, and each one's config fields and defaults.
+
+The field tables in ``data/mcore_fields.json`` are extracted from the source of
+each release by ``tools/mcore_fields.py`` (AST only; nothing upstream is
+imported). A version *label* is the release a profile was taken from; any
+patch release of the same minor version maps to it (``0.16.0`` -> ``0.16.1``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from checks.errors import InputError
+
+# Oldest first; "main" is NVIDIA/Megatron-LM@d98e8a64 (2026-08-22).
+VERSIONS: tuple[str, ...] = ("0.14.0", "0.15.3", "0.16.1", "0.17.1", "0.18.2", "0.19.2", "main")
+DEFAULT_VERSION = "0.19.2"  # the newest release the rules know
+REPO = "NVIDIA/Megatron-LM"
+
+SECTIONS: tuple[str, ...] = ("model", "optimizer", "ddp", "env")
+
+# Fields that describe the model's shape. A partial config that leaves one out
+# says nothing about it (the recipe or checkpoint supplies it), so rules must
+# not fall back to the dataclass default (num_layers defaults to 0).
+ARCHITECTURE_FIELDS: frozenset[str] = frozenset({
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+    "num_query_groups", "kv_channels", "num_moe_experts", "moe_ffn_hidden_size",
+    "moe_router_topk", "seq_length", "vocab_size", "padded_vocab_size",
+})
+
+
+def version_key(label: str) -> tuple[int, int]:
+    """Order labels by (major, minor); ``main`` sorts after every release."""
+    if label == "main":
+        return (999, 0)
+    major, minor = label.split(".")[:2]
+    return (int(major), int(minor))
+
+
+def resolve_version(text: str) -> str:
+    """Map a user-given version (``0.16``, ``0.16.0``, ``0.16.x``, ``main``) to a profile label."""
+    wanted = text.strip().lower()
+    if wanted in ("main", "dev", "latest-main"):
+        return "main"
+    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(?:\d+|x)(?:rc\d+)?)?", wanted)
+    if match:
+        key = (int(match.group(1)), int(match.group(2)))
+        for label in VERSIONS:
+            if label != "main" and version_key(label) == key:
+                return label
+    known = ", ".join(VERSIONS)
+    raise InputError("--mcore-version", f"unknown megatron-core version {text!r}; known: {known}")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One dataclass field of a megatron-core config class in one version."""
+
+    section: str
+    name: str
+    annotation: str
+    default: Any  # the Python default; NO_DEFAULT when there is none or it is not a literal
+
+    @property
+    def kind(self) -> str:
+        """bool | int | float | str | list_str | dtype | any (no type check)."""
+        return _kind(self.annotation)
+
+    @property
+    def nullable(self) -> bool:
+        return self.annotation.startswith("Optional[") or self.default is None
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(re.findall(r"'([^']*)'", self.annotation)) if "Literal[" in self.annotation else ()
+
+
+class _NoDefault:
+    def __repr__(self) -> str:
+        return "<no default>"
+
+
+NO_DEFAULT = _NoDefault()
+
+
+def _kind(annotation: str) -> str:
+    inner = annotation
+    if inner.startswith("Optional[") and inner.endswith("]"):
+        inner = inner[len("Optional["):-1]
+    if inner in ("bool", "int", "float", "str"):
+        return inner
+    if inner.startswith("Literal["):
+        return "str"
+    if inner in ("list[str]", "List[str]"):
+        return "list_str"
+    if inner == "torch.dtype":
+        return "dtype"
+    return "any"
+
+
+def _python_default(raw: Any) -> Any:
+    if isinstance(raw, dict):
+        if raw.get("factory") == "list":
+            return []
+        if raw.get("factory") == "dict":
+            return {}
+        return NO_DEFAULT
+    return raw
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The config fields of one megatron-core version."""
+
+    version: str
+    commit: str
+
+    def field(self, section: str, name: str) -> FieldSpec | None:
+        raw = _table()["versions"][self.version].get(section, {}).get(name)
+        if raw is None:
+            return None
+        return FieldSpec(section, name, raw[0], _python_default(raw[1]))
+
+    def names(self, section: str) -> frozenset[str]:
+        return frozenset(_table()["versions"][self.version].get(section, {}))
+
+    def anchor(self, path: str, line: int) -> str:
+        """``NVIDIA/Megatron-LM@<commit>:path:line`` for this version's source."""
+        return f"{REPO}@{self.commit[:8]}:{path}:{line}"
+
+
+@cache
+def _table() -> dict[str, Any]:
+    text = resources.files("checks").joinpath("data/mcore_fields.json").read_text(encoding="utf-8")
+    table: dict[str, Any] = json.loads(text)
+    return table
+
+
+@cache
+def profile(version: str) -> Profile:
+    return Profile(version, _table()["refs"][version])
+
+
+def versions_with_field(section: str, name: str) -> tuple[str, ...]:
+    """Labels of the versions in which ``section.name`` exists."""
+    return tuple(v for v in VERSIONS if name in _table()["versions"][v].get(section, {}))
+
+
+def all_field_names(section: str) -> frozenset[str]:
+    """Every field name ``section`` has in any known version."""
+    names: set[str] = set()
+    for v in VERSIONS:
+        names.update(_table()["versions"][v].get(section, {}))
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One Megatron-LM command-line option (from ``data/mlm_flags.json``, dumped from the real parser)."""
+
+    flag: str
+    dest: str
+    action: str  # store | store_true | store_false | store_const | append | count | BooleanOptionalAction
+    default: Any
+    nargs: Any  # None, "+", "*", "?" or an int
+    type: str | None  # "int", "float", "str", another callable's name, or None (str)
+    choices: tuple[Any, ...] | None
+    const: Any = None
+
+    @property
+    def takes_value(self) -> bool:
+        return self.action in ("store", "append") and self.nargs != 0
+
+
+@cache
+def _flag_table() -> dict[str, Any]:
+    text = resources.files("checks").joinpath("data/mlm_flags.json").read_text(encoding="utf-8")
+    table: dict[str, Any] = json.loads(text)
+    return table
+
+
+@cache
+def mlm_flags(version: str) -> dict[str, FlagSpec]:
+    """Every Megatron-LM option string of ``version``, e.g. ``"--optimizer-offload-fraction"``."""
+    out: dict[str, FlagSpec] = {}
+    for flag, raw in _flag_table()["versions"][version].items():
+        choices = raw.get("choices")
+        out[flag] = FlagSpec(flag, raw["dest"], raw["action"], raw.get("default"), raw.get("nargs"),
+                             raw.get("type"), tuple(choices) if choices is not None else None, raw.get("const"))
+    return out
+
+
+def versions_with_flag(flag: str) -> tuple[str, ...]:
+    return tuple(v for v in VERSIONS if flag in _flag_table()["versions"].get(v, {}))
+
+
+def all_flags() -> frozenset[str]:
+    names: set[str] = set()
+    for v in VERSIONS:
+        names.update(_flag_table()["versions"].get(v, {}))
+    return frozenset(names)

@@ -1,0 +1,190 @@
+"""Read a YAML config file as OmegaConf does, keeping the line of every key.
+
+Bridge and NeMo-RL load YAML through OmegaConf, whose loader differs from
+``yaml.safe_load`` in three ways that change values: floats such as ``1e-5``
+are floats (YAML 1.1 reads them as strings), timestamps stay strings, and a
+duplicated key is an error (omegaconf 2.4 ``_yaml.py``). This module applies
+the same rules with PyYAML alone and refuses hostile input (alias bombs,
+recursive aliases, huge or binary files) with an :class:`InputError`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from checks.errors import InputError
+
+MAX_FILE_BYTES = 4 * 1024 * 1024  # a full Bridge run_config.yaml is ~30 KiB
+MAX_EXPANDED_NODES = 100_000  # after alias expansion; the largest real config has ~3,000
+
+KeyPath = tuple[Any, ...]
+
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """SafeLoader with OmegaConf's implicit float rule and no timestamps."""
+
+
+_FLOAT = re.compile(
+    r"""^(?:[-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
+    |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()
+}
+
+
+@dataclass(frozen=True)
+class YamlDoc:
+    """A parsed YAML mapping and the 1-based line of each key, by key path."""
+
+    path: str
+    data: dict[str, Any]
+    lines: dict[KeyPath, int]
+
+    def line(self, keys: KeyPath) -> int | None:
+        return self.lines.get(tuple(keys))
+
+
+def read_text(path: str) -> str:
+    """Read a config file as UTF-8 text, or raise InputError saying why not."""
+    file = Path(path)
+    if not file.exists():
+        raise InputError(path, "no such file")
+    if file.is_dir():
+        raise InputError(path, "is a directory; give a config file")
+    try:
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InputError(path, f"file is {size / 2**20:.1f} MiB; configs larger than "
+                                   f"{MAX_FILE_BYTES // 2**20} MiB are refused")
+        raw = file.read_bytes()
+    except OSError as err:
+        raise InputError(path, f"cannot read: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise InputError(path, f"not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start})",
+                         line) from None
+    if "\x00" in text:
+        raise InputError(path, "contains NUL bytes; not a text config", text[: text.index("\x00")].count("\n") + 1)
+    return text
+
+
+def load_yaml(path: str, text: str | None = None) -> YamlDoc:
+    """Parse ``path`` (or ``text``) into a mapping with key lines; raise InputError on bad input."""
+    if text is None:
+        text = read_text(path)
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
+        raise InputError(path, "empty config (no keys)")
+    try:
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        problem = " ".join(p for p in (err.context, err.problem) if p) or "invalid YAML"
+        raise InputError(path, f"invalid YAML: {problem}", mark.line + 1 if mark else None) from None
+    except yaml.YAMLError as err:
+        raise InputError(path, f"invalid YAML: {err}") from None
+    if node is None:
+        raise InputError(path, "empty config (no keys)")
+    builder = _Builder(path, loader)
+    data = builder.build(node, ())
+    if not isinstance(data, dict):
+        raise InputError(path, f"the top level is a {type(data).__name__}, not a mapping of keys", node.start_mark.line + 1)
+    return YamlDoc(path, data, builder.lines)
+
+
+class _Builder:
+    """Turn a composed node graph into Python values, recording key lines."""
+
+    def __init__(self, path: str, loader: Any) -> None:
+        self.path = path
+        self.loader = loader
+        self.lines: dict[KeyPath, int] = {}
+        self.expanded = 0
+        self.active: set[int] = set()
+
+    def build(self, node: yaml.Node, keys: KeyPath) -> Any:
+        self.expanded += 1
+        if self.expanded > MAX_EXPANDED_NODES:
+            raise InputError(self.path, f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
+                                        "(an alias bomb?); refusing to expand", node.start_mark.line + 1)
+        if id(node) in self.active:
+            raise InputError(self.path, "recursive YAML alias", node.start_mark.line + 1)
+        if isinstance(node, yaml.ScalarNode):
+            return self._scalar(node)
+        self.active.add(id(node))
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                return [self.build(child, keys + (i,)) for i, child in enumerate(node.value)]
+            if isinstance(node, yaml.MappingNode):
+                return self._mapping(node, keys)
+        finally:
+            self.active.discard(id(node))
+        raise InputError(self.path, f"unsupported YAML node {node.tag}", node.start_mark.line + 1)
+
+    def _scalar(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as err:
+            raise InputError(self.path, f"invalid YAML value: {getattr(err, 'problem', err)}",
+                             node.start_mark.line + 1) from None
+
+    def _mapping(self, node: yaml.MappingNode, keys: KeyPath) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        first_line: dict[str, int] = {}
+        for key_node, value_node in self._pairs(node):
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise InputError(self.path, "a mapping key must be a plain scalar", key_node.start_mark.line + 1)
+            key = self._scalar(key_node)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise InputError(self.path, f"unsupported mapping key {key!r}", key_node.start_mark.line + 1)
+            name = str(key).lower() if isinstance(key, bool) else str(key)
+            line = key_node.start_mark.line + 1
+            if name in first_line:
+                raise InputError(self.path, f"duplicate key {name!r} (first at line {first_line[name]}); "
+                                            "OmegaConf refuses duplicate keys", line)
+            first_line[name] = line
+            self.lines[keys + (name,)] = line
+            out[name] = self.build(value_node, keys + (name,))
+        return out
+
+    def _pairs(self, node: yaml.MappingNode) -> list[tuple[yaml.Node, yaml.Node]]:
+        """Expand YAML merge keys (``<<: *base``); explicit keys win over merged ones."""
+        explicit = [(k, v) for k, v in node.value if k.tag != "tag:yaml.org,2002:merge"]
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        for k, v in node.value:
+            if k.tag != "tag:yaml.org,2002:merge":
+                continue
+            sources = v.value if isinstance(v, yaml.SequenceNode) else [v]
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    raise InputError(self.path, "a merge key (<<) must name a mapping", source.start_mark.line + 1)
+                merged.extend(self._pairs(source))
+        names = {k.value for k, _ in explicit if isinstance(k, yaml.ScalarNode)}
+        seen: set[str] = set()
+        kept: list[tuple[yaml.Node, yaml.Node]] = []
+        for k, v in merged:
+            if isinstance(k, yaml.ScalarNode) and (k.value in names or k.value in seen):
+                continue
+            seen.add(getattr(k, "value", ""))
+            kept.append((k, v))
+        return kept + explicit

@@ -1,0 +1,136 @@
+"""Extract the dataclass fields of megatron-core's config classes from a source tree.
+
+Maintainer tool, not part of the checker: it reads a Megatron-LM git checkout
+(``git show REF:PATH``) or an unpacked megatron-core wheel, parses the config
+modules with :mod:`ast` (nothing is imported or executed), and prints the
+field table that ``checks/data/mcore_fields.json`` holds for one version.
+
+Usage (regenerate every profile after an upstream release; see reference/updating.md):
+
+    python tools/mcore_fields.py --git /path/to/Megatron-LM --all > checks/data/mcore_fields.json
+
+Each field is recorded as ``[annotation, default]`` where ``default`` is a JSON
+literal when the source default is a literal expression, ``{"factory": "list"}``
+for ``field(default_factory=list)``, ``{"expr": "<source>"}`` for anything
+else, and ``{"required": true}`` when the field has no default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# (section, class name, module path): the classes whose fields the checker knows.
+CLASSES: tuple[tuple[str, str, str], ...] = (
+    ("model", "ModelParallelConfig", "megatron/core/model_parallel_config.py"),
+    ("model", "TransformerConfig", "megatron/core/transformer/transformer_config.py"),
+    ("optimizer", "OptimizerConfig", "megatron/core/optimizer/optimizer_config.py"),
+    ("ddp", "DistributedDataParallelConfig", "megatron/core/distributed/distributed_data_parallel_config.py"),
+)
+
+# The versions the checker has profiles for, and where each one's source lives.
+# 0.19.2 has no git tag; tag core_v0.19.0 (5be96267) carries config files that are
+# byte-identical to the 0.19.2 wheel (checked with tools/mcore_fields.py --compare-wheel).
+VERSION_REFS: dict[str, str] = {
+    "0.14.0": "core_v0.14.0",
+    "0.15.3": "core_v0.15.3",
+    "0.16.1": "core_v0.16.1",
+    "0.17.1": "core_v0.17.1",
+    "0.18.2": "core_v0.18.2",
+    "0.19.2": "core_v0.19.0",
+    "main": "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
+}
+
+_DTYPE_NAMES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
+
+
+def _default(node: ast.expr | None) -> Any:
+    if node is None:
+        return {"required": True}
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "field":
+        for kw in node.keywords:
+            if kw.arg == "default":
+                return _default(kw.value)
+            if kw.arg == "default_factory":
+                if isinstance(kw.value, ast.Name):
+                    return {"factory": kw.value.id}
+                if isinstance(kw.value, ast.Lambda):
+                    return _default(kw.value.body)
+                return {"expr": ast.unparse(kw.value)}
+        return {"required": True}
+    source = ast.unparse(node)
+    if source in _DTYPE_NAMES:
+        return _DTYPE_NAMES[source]
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        try:  # simple arithmetic such as 1024 * 1024
+            value = eval(compile(ast.Expression(node), "<default>", "eval"), {"__builtins__": {}})
+        except Exception:
+            return {"expr": source}
+    if isinstance(value, (bool, int, float, str, list, type(None))):
+        return value
+    return {"expr": source}
+
+
+def class_fields(source: str, class_name: str) -> dict[str, list[Any]]:
+    """Return ``{field: [annotation, default]}`` for one dataclass in ``source``."""
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            out: dict[str, list[Any]] = {}
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    annotation = ast.unparse(stmt.annotation)
+                    if annotation.startswith("ClassVar"):
+                        continue
+                    out[stmt.target.id] = [annotation, _default(stmt.value)]
+            return out
+    raise SystemExit(f"class {class_name} not found")
+
+
+def read_git(repo: Path, ref: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "show", f"{ref}:{path}"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+
+
+def profile(read: Any) -> dict[str, dict[str, list[Any]]]:
+    sections: dict[str, dict[str, list[Any]]] = {}
+    for section, class_name, path in CLASSES:
+        sections.setdefault(section, {}).update(class_fields(read(path), class_name))
+    return sections
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--git", type=Path, help="Megatron-LM git directory")
+    parser.add_argument("--wheel-dir", type=Path, help="unpacked megatron-core wheel")
+    parser.add_argument("--ref", help="git ref (with --git)")
+    parser.add_argument("--all", action="store_true", help="every version in VERSION_REFS")
+    args = parser.parse_args(argv)
+    if args.all:
+        result = {
+            "source": "NVIDIA/Megatron-LM",
+            "refs": {v: subprocess.run(["git", "-C", str(args.git), "rev-parse", f"{r}^{{commit}}"],
+                                       check=True, capture_output=True, text=True).stdout.strip()
+                     for v, r in VERSION_REFS.items()},
+            "versions": {v: profile(lambda p, r=r: read_git(args.git, r, p)) for v, r in VERSION_REFS.items()},
+        }
+    elif args.wheel_dir:
+        result = profile(lambda p: (args.wheel_dir / p).read_text())
+    else:
+        result = profile(lambda p: read_git(args.git, args.ref, p))
+    json.dump(result, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
