@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
                             "script or functional-test YAML)")
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="a Hydra override applied after the files (repeatable; + and ++ prefixes as in Hydra)")
-    check.add_argument("--argv", help="Megatron-LM flags as one string, appended after any script")
+    check.add_argument("--argv", help="Megatron-LM flags as one string, appended after any script; write "
+                                      "--argv=\"--flag ...\" so the flags are not read as the checker's own")
     check.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"),
                        help="input format (default: detect)")
     check.add_argument("--mcore-version", default=None, metavar="VERSION",
@@ -85,7 +86,10 @@ def _check(args: argparse.Namespace) -> int:
     from checks.versions import DEFAULT_VERSION, resolve_version
 
     version = resolve_version(args.mcore_version) if args.mcore_version else DEFAULT_VERSION
-    request = Request(tuple(args.files), tuple(args.overrides), args.argv, args.flavor, version)
+    argv = args.argv
+    if isinstance(argv, list):  # argparse turns "--argv=--" into [] (it drops the "--" separator)
+        argv = " ".join(argv) or "--"
+    request = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version)
     configs = load(request)
     findings = run(configs)
     report = Report(tuple(findings), configs[0].flavor, version, tuple(args.files), args.strict)

@@ -47,7 +47,7 @@ class Entry:
         for text in self.overrides:
             words += ["--set", text]
         if self.argv is not None:
-            words += ["--argv", self.argv]
+            words.append(f"--argv={self.argv}")  # "=" so argparse never mistakes the flags for its own
         if self.version != DEFAULT_VERSION:
             words += ["--mcore-version", self.version]
         return " ".join(shlex.quote(w) for w in words)

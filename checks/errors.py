@@ -12,7 +12,7 @@ class InputError(Exception):
 
     def __init__(self, where: str, problem: str, line: int | None = None) -> None:
         self.where = where
-        self.problem = problem
+        self.problem = " ".join(problem.split())  # always one line, whatever the underlying library said
         self.line = line
         super().__init__(self.render())
 

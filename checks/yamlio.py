@@ -101,6 +101,10 @@ def load_yaml(path: str, text: str | None = None) -> YamlDoc:
         mark = err.problem_mark or err.context_mark
         problem = " ".join(p for p in (err.context, err.problem) if p) or "invalid YAML"
         raise InputError(path, f"invalid YAML: {problem}", mark.line + 1 if mark else None) from None
+    except yaml.reader.ReaderError as err:
+        line = text[: err.position].count("\n") + 1 if isinstance(err.position, int) else None
+        raise InputError(path, f"invalid YAML: {err.reason} (character #x{err.character:04x})" if isinstance(err.character, int)
+                         else f"invalid YAML: {err.reason}", line) from None
     except yaml.YAMLError as err:
         raise InputError(path, f"invalid YAML: {err}") from None
     if node is None:

@@ -19,11 +19,11 @@ _LOADERS = {"bridge": bridge.load, "nemo-rl": nemo_rl.load, "megatron-lm": megat
 
 
 def load(request: Request) -> list[CanonicalConfig]:
+    if not request.files and not request.overrides and request.argv is None:
+        raise InputError("check", "nothing to check: give a config file, --set KEY=VALUE or --argv")
     flavor = request.flavor if request.flavor != "auto" else detect_flavor(request)
     if flavor not in _LOADERS:
         raise InputError("--flavor", f"unknown flavor {flavor!r}; choose auto, {', '.join(FLAVORS)}")
-    if not request.files and not request.overrides and request.argv is None:
-        raise InputError("check", "nothing to check: give a config file, --set KEY=VALUE or --argv")
     return _LOADERS[flavor](Request(request.files, request.overrides, request.argv, flavor, request.version))
 
 

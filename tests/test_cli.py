@@ -1,0 +1,177 @@
+"""The command line through ``main(argv)``: exact output, exit codes, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from checks.cli import main
+from checks.rules import ALL_RULES
+from conftest import ROOT
+
+EXAMPLES = ROOT / "examples" / "configs"
+
+BROKEN = """model:
+  num_layers: 16
+  cpu_offloading: true
+  cpu_offloading_num_layers: 4
+  pipeline_model_parallel_size: 2
+optimizer:
+  optimizer_cpu_offload: true
+"""
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_text_output_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(BROKEN)
+    code, out, err = run(capsys, "check", str(path), "--mcore-version", "0.16.1")
+    assert (code, err) == (1, "")
+    assert out.splitlines() == [
+        f"{path}:5: ERROR ACT002 cpu_offloading=true with pipeline_model_parallel_size=2: layer-level offloading "
+        "needs PP=1",
+        "    fix: Set pipeline_model_parallel_size to 1 or keep PP and switch to fine-grained offloading "
+        "(cpu_offloading=false, fine_grained_activation_offloading=true, offload_modules=[core_attn, attn_proj])",
+        '    upstream: megatron-core "Currently there is no support for Pipeline parallelism with CPU offloading" '
+        "at NVIDIA/Megatron-LM@55ac7082:megatron/core/transformer/transformer_config.py:1145",
+        f"{path}:7: ERROR OPT001 optimizer_cpu_offload=true but optimizer_offload_fraction is left at its default "
+        "0.0: nothing is offloaded, and HybridDeviceOptimizer adds fp32 GPU copies of every parameter",
+        "    fix: Set optimizer_offload_fraction to the share of optimizer state to offload (0 < f <= 1; 1.0 offloads "
+        "all of it)",
+        "2 errors, 0 warnings, 0 infos (bridge, megatron-core 0.16.1)",
+        "For more on each rule: python -m checks explain ACT002 OPT001",
+    ]
+
+
+def test_json_output_is_the_documented_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(BROKEN)
+    code, out, _ = run(capsys, "check", str(path), "--mcore-version", "0.16.1", "--format", "json")
+    assert code == 1
+    document = json.loads(out)
+    assert list(document) == ["status", "mcore_version", "flavor", "findings", "summary"]
+    assert document["status"] == "fail" and document["summary"] == {"error": 2, "warning": 0, "info": 0}
+    assert document["findings"][0] == {
+        "rule": "ACT002", "severity": "error", "target": None, "path": "model.pipeline_model_parallel_size",
+        "location": {"file": str(path), "line": 5, "arg": None},
+        "message": "cpu_offloading=true with pipeline_model_parallel_size=2: layer-level offloading needs PP=1",
+        "fix": "Set pipeline_model_parallel_size to 1 or keep PP and switch to fine-grained offloading "
+               "(cpu_offloading=false, fine_grained_activation_offloading=true, offload_modules=[core_attn, "
+               "attn_proj])",
+        "upstream": {"project": "megatron-core",
+                     "message": "Currently there is no support for Pipeline parallelism with CPU offloading",
+                     "anchor": "NVIDIA/Megatron-LM@55ac7082:megatron/core/transformer/transformer_config.py:1145"},
+        "patch": {"model.pipeline_model_parallel_size": 1},
+    }
+    assert document["findings"][1]["upstream"] is None  # OPT001 goes beyond megatron-core
+
+
+def test_clean_config_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", str(EXAMPLES / "bridge/run_config_clean.yaml"))
+    assert (code, err) == (0, "")
+    assert out == "ok: no offloading problems found (bridge, megatron-core 0.19.2)\n"
+    code, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_clean.yaml"), "--format", "json")
+    assert json.loads(out) == {"status": "ok", "mcore_version": "0.19.2", "flavor": "bridge", "findings": [],
+                               "summary": {"error": 0, "warning": 0, "info": 0}}
+
+
+def test_strict_fails_on_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / "bridge/override_nested_layout.yaml")
+    assert run(capsys, "check", path)[0] == 0
+    assert run(capsys, "check", path, "--strict")[0] == 1
+
+
+def test_emit_overrides_for_each_flavor(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_broken.yaml"), "--emit-overrides")
+    assert code == 1
+    assert out.splitlines() == ["model.cpu_offloading_num_layers=30", "model.pipeline_model_parallel_size=1",
+                                "model.recompute_granularity=null", "optimizer.optimizer_cpu_offload=true"]
+    code, out, _ = run(capsys, "check", str(EXAMPLES / "nemo-rl/grpo_broken.yaml"), "--emit-overrides")
+    assert out.splitlines() == ["policy.megatron_cfg.offload_modules=[core_attn,attn_proj]",
+                                "policy.megatron_cfg.optimizer.optimizer_offload_fraction=1.0"]
+    code, out, _ = run(capsys, "check", str(EXAMPLES / "megatron-lm/pretrain_gpt_offload.sh"), "--emit-overrides")
+    assert out.splitlines() == ["# remove --recompute-activations", "--use-precision-aware-optimizer"]
+
+
+def test_rules_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "rules", "--format", "json")
+    assert code == 0 and [r["id"] for r in json.loads(out)] == [r.id for r in ALL_RULES]
+    code, out, _ = run(capsys, "rules")
+    assert code == 0 and len(out.splitlines()) == len(ALL_RULES)
+    code, out, _ = run(capsys, "explain", "act002")
+    assert code == 0
+    assert out.startswith("ACT002 cpu-offloading-pipeline-parallel (error)\n")
+    assert "    0.16.1  NVIDIA/Megatron-LM@55ac7082:megatron/core/transformer/transformer_config.py:1145" in out
+    assert "-> example.yaml:5: ERROR ACT002" in out and "Good (bridge, megatron-core 0.19.2):" in out
+    code, _, err = run(capsys, "explain", "NOPE01")
+    assert code == 2 and err == 'error: no such rule: "NOPE01"; list them with python -m checks rules\n'
+
+
+BAD_INPUTS = [
+    ("malformed.yaml", b"model:\n  cpu_offloading: [true\n", "malformed.yaml:3: invalid YAML"),
+    ("latin1.yaml", b"model:\n  name: caf\xe9\n", "latin1.yaml:2: not UTF-8 text (byte 0xe9 at offset 18)"),
+    ("empty.yaml", b"", "empty.yaml: empty config (no keys)"),
+    ("comments.yaml", b"# nothing\n\n", "comments.yaml: empty config (no keys)"),
+    ("list.yaml", b"- model\n", "list.yaml:1: the top level is a list, not a mapping of keys"),
+    ("dupe.yaml", b"model:\n  cpu_offloading: true\n  cpu_offloading: false\n",
+     "dupe.yaml:3: duplicate key 'cpu_offloading' (first at line 2); OmegaConf refuses duplicate keys"),
+    ("bomb.yaml", b"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     b"e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nmodel: {cpu_offloading: true}\n",
+     "YAML aliases expand to more than 100,000 nodes (an alias bomb?); refusing to expand"),
+    ("cycle.yaml", b"model: &m\n  self: *m\n", "recursive YAML alias"),
+    ("binary.yaml", b"model:\n  x: 1\x00\n", "binary.yaml:2: contains NUL bytes; not a text config"),
+    ("unknown.yaml", b"train:\n  train_iters: 3\n", "pass --flavor"),
+]
+
+
+@pytest.mark.parametrize("name,content,expected", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_two(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
+                                        content: bytes, expected: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, out, err = run(capsys, "check", str(path))
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+    assert expected in err and str(tmp_path) in err
+
+
+def test_large_directory_and_missing_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"model:\n" + b"  # padding\n" * (10 * 1024 * 1024 // 12))
+    cases = [(str(big), "big.yaml: file is 10.0 MiB; configs larger than 4 MiB are refused"),
+             (str(tmp_path), "is a directory; give a config file"),
+             (str(tmp_path / "nope.yaml"), "nope.yaml: no such file")]
+    for path, expected in cases:
+        code, out, err = run(capsys, "check", path)
+        assert (code, out) == (2, "") and expected in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["check", "x.yaml", "--flavor", "hydra"], "argument --flavor: invalid choice: 'hydra'"),
+    (["check", "--set", "model.cpu_offloading"], "--set #1: 'model.cpu_offloading': "),
+    (["check", "--set", "model.offload_modules=[a"], "--set #1: 'model.offload_modules=[a': "),
+    (["check", "--set", "model.cpu_offloading=true", "--mcore-version", "0.9"], "unknown megatron-core version '0.9'"),
+    (["check"], "nothing to check"),
+    (["check", "--argv", "--num-layers 'unterminated"], "--argv: cannot split the command line"),
+    (["bogus"], "invalid choice: 'bogus'"),
+])
+def test_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    with pytest.raises(SystemExit) as stop:
+        code = main(argv)
+        raise SystemExit(code)
+    _, err = capsys.readouterr()
+    assert stop.value.code == 2 and expected in err and err.count("\n") == 1
+
+
+def test_examples_command_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "examples")
+    assert code == 0
+    assert out.rstrip().splitlines()[-1].endswith("examples gave the expected findings")
