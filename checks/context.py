@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from checks.config import CanonicalConfig, Setting, split_path
 from checks.anchors import Upstream, UpstreamCheck
+from checks.config import CanonicalConfig, Setting, split_path
 from checks.values import coerce
 from checks.versions import ARCHITECTURE_FIELDS, NO_DEFAULT, Profile, profile, version_key
 

@@ -85,7 +85,7 @@ def run_examples(fmt: str) -> int:
                            "ok": ok, "findings": [finding_json(f) for f in findings]}
                           for e, _, findings, got, ok in results], indent=2))
     else:
-        for entry, report, _, got, ok in results:
+        for entry, report, _, _, ok in results:
             print(f"== {entry.name}: {entry.about}")
             print(f"$ {entry.command()}")
             print(render_text(report))

@@ -8,13 +8,14 @@ translates patches into the input's own key spelling.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
+from checks.anchors import Upstream
 from checks.config import CanonicalConfig, Origin
 from checks.context import Context
 from checks.rules import ALL_RULES
-from checks.anchors import Upstream
 from checks.rules.base import Hit, Rule
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
+from collections.abc import Iterable, Mapping
 from functools import cache
+from typing import Any
 
 from checks.versions import SECTIONS, all_field_names
 
@@ -18,7 +19,8 @@ BRIDGE_SECTIONS: frozenset[str] = frozenset({
 
 # Keys of NeMo-RL's MegatronConfig TypedDict (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/policy/__init__.py:329-487)
 # plus the keys nemo_rl/models/megatron/setup.py reads with .get(); anything else under megatron_cfg is unused.
-NEMO_RL_MEGATRON_CFG_KEYS: frozenset[str] = frozenset("""
+NEMO_RL_MEGATRON_CFG_KEYS: frozenset[str] = frozenset(
+    """
 enabled env_vars model_overrides empty_unused_memory_level activation_checkpointing recompute_granularity
 recompute_modules tensor_model_parallel_size pipeline_model_parallel_size num_layers_in_first_pipeline_stage
 num_layers_in_last_pipeline_stage context_parallel_size radio_force_cpe_eval_mode freeze_vision_model
@@ -35,7 +37,8 @@ use_fused_weighted_squared_relu use_fused_linear_logprobs fused_linear_logprobs_
 mtp_loss_scaling_factor mtp_use_repeated_layer mtp_detach_heads clear_memory_caches_before_refit fp8_cfg
 freeze_config moe_router_dtype moe_router_load_balancing_type moe_router_bias_update_rate moe_permute_fusion
 layernorm_epsilon train_iters converter_type
-""".split())
+""".split()
+)
 
 _OFFLOAD_WORDS = ("offload", "cpu_off", "pin_cpu", "d2h", "h2d")
 
@@ -66,4 +69,37 @@ def is_offload_related(name: str) -> bool:
         key = key[3:]
     if _has_offload_word(key):
         return True
-    return bool(difflib.get_close_matches(key, offload_field_names(), n=1, cutoff=0.8))
+    return bool(close_matches(key, offload_field_names(), n=1, cutoff=0.8))
+
+
+def close_matches(word: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """difflib.get_close_matches, imported only when a name is unknown (it costs a few ms at start-up)."""
+    import difflib
+
+    return difflib.get_close_matches(word, list(candidates), n=n, cutoff=cutoff)
+
+
+def is_bridge_doc(data: Mapping[str, Any]) -> bool:
+    """A Megatron Bridge ConfigContainer dump or partial override file."""
+    if str(data.get("_target_", "")).endswith("ConfigContainer"):
+        return True
+    return any(isinstance(data.get(name), dict) for name in ("model", "optimizer", "ddp", "env_vars"))
+
+
+def is_nemo_rl_doc(data: Mapping[str, Any]) -> bool:
+    """A NeMo-RL config: a Megatron policy or value model, or a child config with `defaults:`."""
+    if "defaults" in data:
+        return True
+    return any(isinstance(data.get(t), dict) and isinstance(data[t].get("megatron_cfg"), dict)
+               for t in ("policy", "value"))
+
+
+def is_megatron_lm_doc(data: Mapping[str, Any]) -> bool:
+    """A Megatron-LM functional-test config (ENV_VARS / MODEL_ARGS)."""
+    return "MODEL_ARGS" in data or "ENV_VARS" in data
+
+
+def looks_like_command_line(text: str) -> bool:
+    import re
+
+    return bool(re.search(r"(^|\s)--[a-z][a-z0-9-]+", text))

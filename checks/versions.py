@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from checks.errors import InputError
@@ -21,6 +21,7 @@ from checks.errors import InputError
 VERSIONS: tuple[str, ...] = ("0.14.0", "0.15.3", "0.16.1", "0.17.1", "0.18.2", "0.19.2", "main")
 DEFAULT_VERSION = "0.19.2"  # the newest release the rules know
 REPO = "NVIDIA/Megatron-LM"
+_DATA = Path(__file__).resolve().parent / "data"
 
 SECTIONS: tuple[str, ...] = ("model", "optimizer", "ddp", "env")
 
@@ -135,10 +136,13 @@ class Profile:
 
 
 @cache
-def _table() -> dict[str, Any]:
-    text = resources.files("checks").joinpath("data/mcore_fields.json").read_text(encoding="utf-8")
-    table: dict[str, Any] = json.loads(text)
+def _load(name: str) -> dict[str, Any]:
+    table: dict[str, Any] = json.loads((_DATA / name).read_text(encoding="utf-8"))
     return table
+
+
+def _table() -> dict[str, Any]:
+    return _load("mcore_fields.json")
 
 
 @cache
@@ -177,11 +181,8 @@ class FlagSpec:
         return self.action in ("store", "append") and self.nargs != 0
 
 
-@cache
 def _flag_table() -> dict[str, Any]:
-    text = resources.files("checks").joinpath("data/mlm_flags.json").read_text(encoding="utf-8")
-    table: dict[str, Any] = json.loads(text)
-    return table
+    return _load("mlm_flags.json")
 
 
 @cache

@@ -103,8 +103,8 @@ def load_yaml(path: str, text: str | None = None) -> YamlDoc:
         raise InputError(path, f"invalid YAML: {problem}", mark.line + 1 if mark else None) from None
     except yaml.reader.ReaderError as err:
         line = text[: err.position].count("\n") + 1 if isinstance(err.position, int) else None
-        raise InputError(path, f"invalid YAML: {err.reason} (character #x{err.character:04x})" if isinstance(err.character, int)
-                         else f"invalid YAML: {err.reason}", line) from None
+        what = f" (character #x{err.character:04x})" if isinstance(err.character, int) else ""
+        raise InputError(path, f"invalid YAML: {err.reason}{what}", line) from None
     except yaml.YAMLError as err:
         raise InputError(path, f"invalid YAML: {err}") from None
     if node is None:
@@ -112,7 +112,8 @@ def load_yaml(path: str, text: str | None = None) -> YamlDoc:
     builder = _Builder(path, loader)
     data = builder.build(node, ())
     if not isinstance(data, dict):
-        raise InputError(path, f"the top level is a {type(data).__name__}, not a mapping of keys", node.start_mark.line + 1)
+        raise InputError(path, f"the top level is a {type(data).__name__}, not a mapping of keys",
+                         node.start_mark.line + 1)
     return YamlDoc(path, data, builder.lines)
 
 

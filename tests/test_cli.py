@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from checks.cli import main
 from checks.rules import ALL_RULES
-from conftest import ROOT
 
 EXAMPLES = ROOT / "examples" / "configs"
 

@@ -90,7 +90,7 @@ def _kwargs(ctx: Context, section: str, allowed: set[str]) -> dict[str, Any]:
         if path in ctx.invalid or not (ctx.is_set(path) or path in ctx.cfg.defaults):
             continue
         spec = ctx.profile.field(section, name)
-        if spec is None or spec.kind == "any" and name != "cuda_graph_scope":
+        if spec is None or (spec.kind == "any" and name != "cuda_graph_scope"):
             continue
         value = ctx.get(path)
         out[name] = TORCH_DTYPES.get(value, value) if spec.kind == "dtype" else value

@@ -31,7 +31,8 @@ def test_checking_bridge_and_megatron_lm_loads_nothing_heavy() -> None:
 
 
 def test_nemo_rl_interpolation_loads_omegaconf_only() -> None:
-    assert heavy_modules("check", "examples/configs/nemo-rl/grpo_offload.yaml") == "HEAVY ['antlr4', 'omegaconf'] CODE 0"
+    found = heavy_modules("check", "examples/configs/nemo-rl/grpo_offload.yaml")
+    assert found == "HEAVY ['antlr4', 'omegaconf'] CODE 0"
 
 
 def test_entry_point_runs_as_a_module() -> None:

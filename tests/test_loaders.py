@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from checks.config import CanonicalConfig
 from checks.errors import InputError
 from checks.loaders import Request, detect_flavor, load
-from conftest import ROOT
 
 EXAMPLES = ROOT / "examples" / "configs"
 
@@ -59,8 +59,9 @@ def test_bridge_overrides_apply_in_order_with_positions(tmp_path: Path) -> None:
     base.write_text("model:\n  cpu_offloading: false\n")
     top = tmp_path / "top.yaml"
     top.write_text("model:\n  cpu_offloading_num_layers: 3\n")
-    cfg = one(Request((str(base), str(top)), ("model.cpu_offloading=true", "++optimizer.optimizer_cpu_offload=True",
-                                              "model.offload_modules=[core_attn,'attn_proj']", "~model.cpu_offloading")))
+    overrides = ("model.cpu_offloading=true", "++optimizer.optimizer_cpu_offload=True",
+                 "model.offload_modules=[core_attn,'attn_proj']", "~model.cpu_offloading")
+    cfg = one(Request((str(base), str(top)), overrides))
     assert "model.cpu_offloading" not in cfg.settings  # deleted by the last override
     assert value_and_line(cfg, "model.cpu_offloading_num_layers") == (3, 2)
     assert cfg.settings["model.cpu_offloading_num_layers"].origin.file == str(top)

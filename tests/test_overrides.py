@@ -7,7 +7,6 @@ rules, and hypothesis compares both parsers on generated strings.
 
 from __future__ import annotations
 
-import math
 import string
 import subprocess
 import sys
@@ -22,8 +21,8 @@ from checks.loaders.overrides import Override, OverrideSyntaxError, format_value
 
 pytest.importorskip("hydra")
 
-from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
-from hydra.core.override_parser.types import OverrideType, QuotedString  # noqa: E402
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType, QuotedString
 
 # --------------------------------------------------------------------------
 # The oracle
@@ -64,7 +63,7 @@ def hydra_reading(text: str) -> Any:
     _FUNCTION_CALLS.clear()
     try:
         override = _HYDRA.parse_overrides([text])[0]
-    except Exception:  # noqa: BLE001 - any failure counts as a rejection
+    except Exception:
         return REJECTED
     key = override.key_or_group
     if (_FUNCTION_CALLS or override.is_sweep_override() or override.package is not None
@@ -78,10 +77,10 @@ def same(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return len(a) == len(b) and all(
-            same(ka, kb) and same(va, vb) for (ka, va), (kb, vb) in zip(a.items(), b.items()))
+            same(ka, kb) and same(va, vb) for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True))
     if isinstance(a, float):
         return repr(a) == repr(b)  # nan equals nan, and -0.0 differs from 0.0
     return bool(a == b)
@@ -267,7 +266,8 @@ _name = st.from_regex(r"[a-zA-Z_$][a-zA-Z0-9_$-]{0,4}", fullmatch=True)
 _valid_segment = st.one_of(_name, st.sampled_from(["0", "1", "10"]))
 _dotted = st.builds(lambda first, rest: ".".join([first, *rest]), _name, st.lists(_valid_segment, max_size=2))
 _key = st.one_of(  # what Hydra accepts, though we refuse the group and empty ones
-    _dotted, _dotted, _dotted, _dotted, st.sampled_from(["", "db/mysql", "a@b", "@b", "a@", "a/b@c.d", "hydra.run.dir"]))
+    _dotted, _dotted, _dotted, _dotted,
+    st.sampled_from(["", "db/mysql", "a@b", "@b", "a@", "a/b@c.d", "hydra.run.dir"]))
 _any_key = st.one_of(
     _key,
     st.lists(st.one_of(_valid_segment, st.sampled_from(["01", "a.", "", "1_0"])), min_size=1, max_size=3)

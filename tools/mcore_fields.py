@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ref", help="git ref (with --git)")
     parser.add_argument("--all", action="store_true", help="every version in VERSION_REFS")
     args = parser.parse_args(argv)
+    result: dict[str, Any]
     if args.all:
         result = {
             "source": "NVIDIA/Megatron-LM",

@@ -102,18 +102,8 @@ from typing import Any
 
 SOURCE = "NVIDIA/Megatron-LM"
 
-# The versions the checker has profiles for, and the ref that holds each one's source.
-# 0.19.2 has no git tag; tag core_v0.19.0 (5be96267) carries a
-# megatron/training/arguments.py that is byte-identical to the 0.19.2 wheel.
-VERSION_REFS: dict[str, str] = {
-    "0.14.0": "core_v0.14.0",
-    "0.15.3": "core_v0.15.3",
-    "0.16.1": "core_v0.16.1",
-    "0.17.1": "core_v0.17.1",
-    "0.18.2": "core_v0.18.2",
-    "0.19.2": "core_v0.19.0",
-    "main": "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
-}
+# The versions and the ref holding each one's source: one list for both tools.
+from mcore_fields import VERSION_REFS  # noqa: E402
 
 # Optional-package switches that add flags when on: (module, attribute, package that turns it on).
 # megatron.core.extensions.kitchen sets HAVE_KITCHEN when nvidia_kitchen imports; from 0.16 on

@@ -7,15 +7,19 @@ model).
 
 from __future__ import annotations
 
+import importlib
+
 from checks.config import CanonicalConfig
 from checks.errors import InputError
-from checks.loaders import bridge, megatron_lm, nemo_rl
+from checks.formats import is_bridge_doc, is_megatron_lm_doc, is_nemo_rl_doc, looks_like_command_line
 from checks.loaders.common import FLAVORS, Request
 from checks.yamlio import load_yaml, read_text
 
 __all__ = ["FLAVORS", "Request", "detect_flavor", "load"]
 
-_LOADERS = {"bridge": bridge.load, "nemo-rl": nemo_rl.load, "megatron-lm": megatron_lm.load}
+# Imported on demand: a run reads one format, and start-up time is the point of this package.
+_LOADERS = {"bridge": "checks.loaders.bridge", "nemo-rl": "checks.loaders.nemo_rl",
+            "megatron-lm": "checks.loaders.megatron_lm"}
 
 
 def load(request: Request) -> list[CanonicalConfig]:
@@ -24,7 +28,10 @@ def load(request: Request) -> list[CanonicalConfig]:
     flavor = request.flavor if request.flavor != "auto" else detect_flavor(request)
     if flavor not in _LOADERS:
         raise InputError("--flavor", f"unknown flavor {flavor!r}; choose auto, {', '.join(FLAVORS)}")
-    return _LOADERS[flavor](Request(request.files, request.overrides, request.argv, flavor, request.version))
+    module = importlib.import_module(_LOADERS[flavor])
+    configs: list[CanonicalConfig] = module.load(Request(request.files, request.overrides, request.argv, flavor,
+                                                         request.version))
+    return configs
 
 
 def detect_flavor(request: Request) -> str:
@@ -37,14 +44,14 @@ def detect_flavor(request: Request) -> str:
         try:
             data = load_yaml(path, text).data
         except InputError:
-            if megatron_lm.looks_like_command_line(text):
+            if looks_like_command_line(text):
                 return "megatron-lm"
             raise
-        if megatron_lm.is_megatron_lm_doc(data):
+        if is_megatron_lm_doc(data):
             return "megatron-lm"
-        if nemo_rl.is_nemo_rl_doc(data):
+        if is_nemo_rl_doc(data):
             return "nemo-rl"
-        if bridge.is_bridge_doc(data):
+        if is_bridge_doc(data):
             return "bridge"
         raise InputError(path, "cannot tell whether this is a Megatron Bridge, NeMo-RL or Megatron-LM config "
                                "(no model/optimizer section, no policy.megatron_cfg, no MODEL_ARGS); "
@@ -54,6 +61,6 @@ def detect_flavor(request: Request) -> str:
     roots = {text.lstrip("+~").split(".", 1)[0] for text in request.overrides}
     if roots & {"policy", "value"}:
         return "nemo-rl"
-    if roots & set(bridge.SECTIONS):
+    if roots & {"model", "optimizer", "ddp", "env_vars"}:
         return "bridge"
     raise InputError("--set", "cannot tell the config format from the overrides alone; pass --flavor")

@@ -8,7 +8,8 @@ NVIDIA-NeMo/Megatron-Bridge@067f987d (see reference/formats.md).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from checks.config import CanonicalConfig, Origin, Setting, Unrecognised
 from checks.formats import BRIDGE_SECTIONS
@@ -44,10 +45,6 @@ def decode_target(mapping: dict[str, Any]) -> Any:
     return target
 
 
-def is_bridge_doc(data: Mapping[str, Any]) -> bool:
-    if str(data.get("_target_", "")).endswith("ConfigContainer"):
-        return True
-    return any(isinstance(data.get(name), dict) for name in SECTIONS)
 
 
 def load(request: Request) -> list[CanonicalConfig]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from checks.config import Origin
 from checks.errors import InputError
 from checks.loaders import tree as trees
-from checks.loaders.overrides import OverrideSyntaxError, format_value, parse_override
 
 FLAVORS: tuple[str, ...] = ("bridge", "nemo-rl", "megatron-lm")
 
@@ -26,6 +26,10 @@ class Request:
 
 def apply_overrides(tree: trees.Tree, overrides: tuple[str, ...]) -> trees.Tree:
     """Apply ``--set`` overrides in order; a malformed one is an InputError naming it."""
+    if not overrides:
+        return tree
+    from checks.loaders.overrides import OverrideSyntaxError, parse_override  # its grammar tables cost ~10 ms
+
     for index, text in enumerate(overrides, start=1):
         where = f"--set #{index}"
         try:
@@ -39,5 +43,7 @@ def apply_overrides(tree: trees.Tree, overrides: tuple[str, ...]) -> trees.Tree:
 
 def hydra_lines(patch: Mapping[str, Any], prefix_for: Mapping[str, str] | None = None) -> list[str]:
     """``KEY=VALUE`` lines for a patch; ``prefix_for`` gives ``+``/``++`` per key where needed."""
+    from checks.loaders.overrides import format_value
+
     prefixes = prefix_for or {}
     return [f"{prefixes.get(key, '')}{key}={format_value(value)}" for key, value in patch.items()]

@@ -8,8 +8,9 @@ of it (``pip install omegaconf`` or the ``nemo-rl`` extra provides it).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any
 
 from checks.config import Setting
 from checks.errors import InputError

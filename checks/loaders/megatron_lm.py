@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from checks.config import CanonicalConfig, Ignored, Origin, Rejected, Setting, Unrecognised
 from checks.errors import InputError
@@ -33,7 +34,7 @@ _DEST_ALIASES: Mapping[str, tuple[str, ...]] = {
 }
 _IMPLIES = "implied by --cpu-offloading-num-layers > 0 (megatron/training/arguments.py, validate_args)"
 _SELECTIVE = "--recompute-activations sets recompute_granularity='selective' (megatron/training/arguments.py)"
-_VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::?-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+_VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_]\w*))", re.ASCII)
 _ASSIGN = re.compile(r"^(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
 
@@ -43,12 +44,8 @@ class Token:
     origin: Origin
 
 
-def is_megatron_lm_doc(data: Mapping[str, Any]) -> bool:
-    return "MODEL_ARGS" in data or "ENV_VARS" in data
 
 
-def looks_like_command_line(text: str) -> bool:
-    return bool(re.search(r"(^|\s)--[a-z][a-z0-9-]+", text))
 
 
 def load(request: Request) -> list[CanonicalConfig]:
@@ -103,24 +100,15 @@ def _words(text: str) -> Iterator[tuple[int, str]]:
             i += 2
             line += 1
             continue
-        if quote:
-            if ch == quote:
-                quote = ""
-            elif ch.isspace():
-                if word:
-                    yield word_line, word
-                word = ""
-            else:
-                if not word:
-                    word_line = line
-                word += ch
-        elif ch in "'\"":
+        if ch == quote:
+            quote = ""
+        elif not quote and ch in "'\"":
             quote = ch
-        elif ch == "#" and not word:
+        elif not quote and ch == "#" and not word:
             while i < len(text) and text[i] != "\n":
                 i += 1
             continue
-        elif ch.isspace() or ch in "();|&`":
+        elif ch.isspace() or (not quote and ch in "();|&`"):
             if word:
                 yield word_line, word
             word = ""

@@ -9,8 +9,9 @@ nemo_rl/models/megatron/setup.py (see reference/formats.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from checks.config import CanonicalConfig, Ignored, Origin, Setting, Unrecognised
 from checks.errors import InputError
@@ -37,10 +38,6 @@ _DTYPES: Mapping[str, str] = {"bfloat16": "bf16", "float16": "fp16", "float32": 
 SETUP = "NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/megatron/setup.py"
 
 
-def is_nemo_rl_doc(data: Mapping[str, Any]) -> bool:
-    if "defaults" in data:
-        return True
-    return any(isinstance(data.get(t), dict) and isinstance(data[t].get("megatron_cfg"), dict) for t in TARGETS)
 
 
 def load(request: Request) -> list[CanonicalConfig]:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 __all__ = ["Override", "OverrideSyntaxError", "format_value", "parse_override"]
 
@@ -381,7 +382,8 @@ class _Parser:
     def _element(self) -> object:
         token = self._peek()
         if token.kind == ID and self._peek(1).kind == POPEN:
-            return self._function()
+            self._function()  # parses the call for errors, then refuses it
+            return None
         if token.kind == BRACKET_OPEN:
             return self._list()
         if token.kind == BRACE_OPEN:

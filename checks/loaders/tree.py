@@ -8,12 +8,15 @@ megatron-core paths.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from checks.config import Origin, Setting
 from checks.errors import InputError
-from checks.loaders.overrides import Override
 from checks.yamlio import KeyPath, YamlDoc
+
+if TYPE_CHECKING:
+    from checks.loaders.overrides import Override
 
 Tree = dict[str, Any]  # values: Tree (a mapping) or Setting (a leaf)
 

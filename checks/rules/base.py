@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from checks.anchors import Upstream, UpstreamCheck
 from checks.config import Origin
@@ -70,11 +71,9 @@ class Rule:
         if flavor not in self.flavors:
             return False
         key = version_key(version)
-        if self.since is not None and key < version_key(self.since):
-            return False
-        if self.until is not None and key > version_key(self.until):
-            return False
-        return True
+        after_start = self.since is None or key >= version_key(self.since)
+        before_end = self.until is None or key <= version_key(self.until)
+        return after_start and before_end
 
     def versions(self) -> tuple[str, ...]:
         return tuple(v for v in VERSIONS if self.applies_to(v, next(iter(sorted(self.flavors)))))

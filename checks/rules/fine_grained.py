@@ -1,11 +1,11 @@
-"""FGA: fine-grained (module-level) activation offloading, ``fine_grained_activation_offloading`` (>= 0.16)."""
+"""FGA: fine-grained (module-level) activation offloading, `fine_grained_activation_offloading` (>= 0.16)."""
 
 from __future__ import annotations
 
-import difflib
-from typing import Iterator
+from collections.abc import Iterator
 
 from checks.context import Context
+from checks.formats import close_matches as _close_matches
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
 from checks.values import show
@@ -14,11 +14,12 @@ _SWITCH = "model.fine_grained_activation_offloading"
 _MODULES = "model.offload_modules"
 
 # The names TransformerConfig accepts in offload_modules, per version (F3's allowed set).
-_BASE_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+_BASE_MODULES: tuple[str, ...] = (
+    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
 
 
 def allowed_modules(ctx: Context) -> tuple[str, ...]:
-    """Valid ``offload_modules`` names in the context's version."""
+    """Valid `offload_modules` names in the context's version."""
     names = _BASE_MODULES
     if ctx.at_least("0.19"):
         names += ("fused_group_mlp",)
@@ -36,15 +37,15 @@ def check_exclusive(ctx: Context) -> Iterator[Hit]:
     """Fine-grained and layer-level activation offloading are mutually exclusive.
 
     What it checks:
-        ``fine_grained_activation_offloading`` and ``cpu_offloading`` are both true.
+        `fine_grained_activation_offloading` and `cpu_offloading` are both true.
 
     Why it matters:
-        ``TransformerConfig.__post_init__`` asserts against it (an ``AssertionError``,
-        which ``python -O`` strips, after which the two mechanisms fight over the same
+        `TransformerConfig.__post_init__` asserts against it (an `AssertionError`,
+        which `python -O` strips, after which the two mechanisms fight over the same
         saved tensors).
 
     Source:
-        megatron-core >= 0.16 ``TransformerConfig.__post_init__``.
+        megatron-core >= 0.16 `TransformerConfig.__post_init__`.
     """
     if ctx.get(_SWITCH) and ctx.get("model.cpu_offloading"):
         yield Hit("model.cpu_offloading", "fine_grained_activation_offloading=true and cpu_offloading=true: "
@@ -54,20 +55,20 @@ def check_exclusive(ctx: Context) -> Iterator[Hit]:
 
 
 def check_modules_present(ctx: Context) -> Iterator[Hit]:
-    """Fine-grained offloading needs a non-empty ``offload_modules`` list.
+    """Fine-grained offloading needs a non-empty `offload_modules` list.
 
     What it checks:
-        ``fine_grained_activation_offloading`` is true and ``offload_modules`` is
+        `fine_grained_activation_offloading` is true and `offload_modules` is
         missing, null or empty.
 
     Why it matters:
-        megatron-core fails with a bare ``assert`` and **no message** (an empty
-        ``AssertionError``), which says nothing about the cause; NeMo-RL checks first
-        and raises a ``ValueError`` naming it.
+        megatron-core fails with a bare `assert` and **no message** (an empty
+        `AssertionError`), which says nothing about the cause; NeMo-RL checks first
+        and raises a `ValueError` naming it.
 
     Source:
-        megatron-core >= 0.16 ``TransformerConfig.__post_init__``; NeMo-RL
-        ``_apply_performance_config``.
+        megatron-core >= 0.16 `TransformerConfig.__post_init__`; NeMo-RL
+        `_apply_performance_config`.
     """
     if not ctx.get(_SWITCH):
         return
@@ -86,20 +87,20 @@ def check_modules_present(ctx: Context) -> Iterator[Hit]:
 
 
 def check_modules_valid(ctx: Context) -> Iterator[Hit]:
-    """Every ``offload_modules`` entry must be a module name the version knows.
+    """Every `offload_modules` entry must be a module name the version knows.
 
     What it checks:
-        ``fine_grained_activation_offloading`` is true and ``offload_modules`` holds a
-        name outside the version's set: ``attn_norm``, ``qkv_linear``, ``core_attn``,
-        ``attn_proj``, ``mlp_norm``, ``expert_fc1``, ``moe_act`` (>= 0.16),
-        ``fused_group_mlp`` (>= 0.19), ``gdp_qkv`` (main). Suggests the closest name.
+        `fine_grained_activation_offloading` is true and `offload_modules` holds a
+        name outside the version's set: `attn_norm`, `qkv_linear`, `core_attn`,
+        `attn_proj`, `mlp_norm`, `expert_fc1`, `moe_act` (>= 0.16),
+        `fused_group_mlp` (>= 0.19), `gdp_qkv` (main). Suggests the closest name.
 
     Why it matters:
-        ``TransformerConfig.__post_init__`` raises ``AssertionError`` listing the invalid
+        `TransformerConfig.__post_init__` raises `AssertionError` listing the invalid
         and allowed names as Python sets (their order varies from run to run).
 
     Source:
-        megatron-core >= 0.16 ``TransformerConfig.__post_init__``.
+        megatron-core >= 0.16 `TransformerConfig.__post_init__`.
     """
     modules = ctx.get(_MODULES)
     if not ctx.get(_SWITCH) or not modules:
@@ -110,14 +111,14 @@ def check_modules_valid(ctx: Context) -> Iterator[Hit]:
         return
     hints = []
     for name in invalid:
-        close = difflib.get_close_matches(name, allowed + ("fused_group_mlp", "gdp_qkv"), n=1, cutoff=0.6)
+        close = _close_matches(name, allowed + ("fused_group_mlp", "gdp_qkv"), n=1, cutoff=0.6)
         if close and close[0] not in allowed:
             hints.append(f"{name!r}: {close[0]!r} needs a newer megatron-core than {ctx.version}")
         elif close:
             hints.append(f"{name!r}: did you mean {close[0]!r}?")
-    fixed = [difflib.get_close_matches(m, allowed, n=1, cutoff=0.6) or [None] for m in modules]
-    repaired = [m if m in allowed else f[0] for m, f in zip(modules, fixed)]
-    patch = {_MODULES: [m for m in dict.fromkeys(repaired) if m]} if all(repaired) else None
+    repaired = [m if m in allowed else next(iter(_close_matches(m, allowed, n=1, cutoff=0.6)), None)
+                for m in modules]
+    patch = {_MODULES: list(dict.fromkeys(r for r in repaired if r))} if all(repaired) else None
     yield Hit(_MODULES, f"offload_modules has {', '.join(repr(n) for n in invalid)}, not valid in megatron-core "
               f"{ctx.version}" + (f" ({'; '.join(hints)})" if hints else ""),
               f"Use only {', '.join(allowed)}", patch=patch,
@@ -125,19 +126,19 @@ def check_modules_valid(ctx: Context) -> Iterator[Hit]:
 
 
 def check_attn_proj(ctx: Context) -> Iterator[Hit]:
-    """``attn_proj`` can only be offloaded together with ``core_attn``.
+    """`attn_proj` can only be offloaded together with `core_attn`.
 
     What it checks:
-        ``fine_grained_activation_offloading`` is true and ``offload_modules`` contains
-        ``attn_proj`` but not ``core_attn``.
+        `fine_grained_activation_offloading` is true and `offload_modules` contains
+        `attn_proj` but not `core_attn`.
 
     Why it matters:
-        The input of ``attn_proj`` is the output of ``core_attn``, which
-        ``core_attn.backward()`` needs; ``TransformerConfig.__post_init__`` raises
-        ``ValueError``.
+        The input of `attn_proj` is the output of `core_attn`, which
+        `core_attn.backward()` needs; `TransformerConfig.__post_init__` raises
+        `ValueError`.
 
     Source:
-        megatron-core >= 0.16 ``TransformerConfig.__post_init__``.
+        megatron-core >= 0.16 `TransformerConfig.__post_init__`.
     """
     modules = ctx.get(_MODULES) or []
     if ctx.get(_SWITCH) and "attn_proj" in modules and "core_attn" not in modules:
@@ -150,11 +151,11 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading knobs do nothing while the switch is off.
 
     What it checks:
-        ``fine_grained_activation_offloading`` is false and ``offload_modules`` is
-        non-empty, or ``min_offloaded_tensor_size``, ``activation_offload_fraction``,
-        ``delta_offload_bytes_across_pp_ranks``,
-        ``fine_grained_offloading_max_inflight_offloads`` or
-        ``delay_offload_until_cuda_graph`` is set to a non-default value.
+        `fine_grained_activation_offloading` is false and `offload_modules` is
+        non-empty, or `min_offloaded_tensor_size`, `activation_offload_fraction`,
+        `delta_offload_bytes_across_pp_ranks`,
+        `fine_grained_offloading_max_inflight_offloads` or
+        `delay_offload_until_cuda_graph` is set to a non-default value.
 
     Why it matters:
         megatron-core reads none of them without the switch and checks none of their

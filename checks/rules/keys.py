@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import difflib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from checks.config import Unrecognised
 from checks.context import Context
 from checks.formats import BRIDGE_SECTIONS, NEMO_RL_MEGATRON_CFG_KEYS, is_offload_related, normalise
+from checks.formats import close_matches as _close_matches
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
 from checks.values import describe, show
-from checks.versions import all_flags, mlm_flags, versions_with_field, versions_with_flag
+from checks.versions import mlm_flags, versions_with_field, versions_with_flag
 
 _FRONT_END = {"bridge": "Megatron Bridge", "nemo-rl": "NeMo-RL", "megatron-lm": "Megatron-LM"}
 
@@ -50,7 +51,7 @@ def _elsewhere(ctx: Context, item: Unrecognised) -> tuple[str, ...]:
 
 def _suggest(ctx: Context, item: Unrecognised) -> str | None:
     key = item.name if item.section == "argv" else normalise(item.name)
-    close = difflib.get_close_matches(key, _candidates(ctx, item), n=1, cutoff=0.75)
+    close = _close_matches(key, _candidates(ctx, item), n=1, cutoff=0.75)
     return close[0] if close else None
 
 
@@ -60,16 +61,16 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
     What it checks:
         A key the front end does not know, in a config section megatron-core or the
         framework reads, whose name is (or nearly is) about offloading: misspelled fields
-        (``optimizer_cpu_ofload``), flags (``--cpu-offload-num-layers``), NeMo-RL keys put
-        directly under ``megatron_cfg`` that belong under ``model_overrides``, and keys
-        that exist in no megatron-core version (``offload_optimizer_states``). Also any
+        (`optimizer_cpu_ofload`), flags (`--cpu-offload-num-layers`), NeMo-RL keys put
+        directly under `megatron_cfg` that belong under `model_overrides`, and keys
+        that exist in no megatron-core version (`offload_optimizer_states`). Also any
         unknown key where the front end refuses unknown keys (NeMo-RL's optimizer section
-        and ``model_overrides``). Suggests the closest real name.
+        and `model_overrides`). Suggests the closest real name.
 
     Why it matters:
         Depending on the front end the run either fails at start-up (Megatron-LM
         argparse, NeMo-RL) or drops the key without a word (Bridge providers, NeMo-RL's
-        ``megatron_cfg``), in which case the offloading you configured never happens.
+        `megatron_cfg`), in which case the offloading you configured never happens.
 
     Source:
         Beyond upstream.
@@ -107,7 +108,7 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
 
 
 def check_value_type(ctx: Context) -> Iterator[Hit]:
-    """A value of the wrong type, such as ``"True"``, ``"auto"`` or ``"0.5"`` in quotes.
+    """A value of the wrong type, such as `"True"`, `"auto"` or `"0.5"` in quotes.
 
     What it checks:
         A field whose value is not of the field's type in the selected megatron-core
@@ -117,8 +118,8 @@ def check_value_type(ctx: Context) -> Iterator[Hit]:
 
     Why it matters:
         megatron-core does not check types. A string is truthy, so
-        ``cpu_offloading: "False"`` turns offloading *on*; ``offload_modules: core_attn``
-        becomes the set of its letters; a quoted fraction fails with a ``TypeError``
+        `cpu_offloading: "False"` turns offloading *on*; `offload_modules: core_attn`
+        becomes the set of its letters; a quoted fraction fails with a `TypeError`
         inside the optimizer after the job has been scheduled.
 
     Source:
@@ -173,8 +174,8 @@ def check_version(ctx: Context) -> Iterator[Hit]:
 
     What it checks:
         A config key or Megatron-LM flag that some known megatron-core version has but the
-        selected one (``--mcore-version``) does not, e.g. ``activation_offload_fraction``
-        (from 0.19) with 0.16, or ``--cpu-offloading-num-layers`` (from 0.16) with 0.15.
+        selected one (`--mcore-version`) does not, e.g. `activation_offload_fraction`
+        (from 0.19) with 0.16, or `--cpu-offloading-num-layers` (from 0.16) with 0.15.
         Offloading keys are reported one by one as errors; other keys are gathered in one
         warning, since many of them usually mean the version is wrong.
 
@@ -184,7 +185,7 @@ def check_version(ctx: Context) -> Iterator[Hit]:
         the config says.
 
     Source:
-        Beyond upstream: the field tables of each release (``tools/mcore_fields.py``).
+        Beyond upstream: the field tables of each release (`tools/mcore_fields.py`).
     """
     others: list[tuple[str, tuple[str, ...]]] = []
     for item in ctx.cfg.unrecognised:
@@ -221,14 +222,14 @@ def check_rejected(ctx: Context) -> Iterator[Hit]:
 
     What it checks:
         A flag's value that argparse rejects with the selected version's parser:
-        ``--optimizer-offload-fraction half``, ``--recompute-granularity partial``, a
+        `--optimizer-offload-fraction half`, `--recompute-granularity partial`, a
         value-taking flag at the end of the line.
 
     Why it matters:
-        ``argparse`` exits before training starts, after the job has been scheduled.
+        `argparse` exits before training starts, after the job has been scheduled.
 
     Source:
-        Megatron-LM's argument parser, dumped per version (``tools/mlm_flags.py``).
+        Megatron-LM's argument parser, dumped per version (`tools/mlm_flags.py`).
     """
     for item in ctx.cfg.rejected:
         yield Hit(item.path if "." in item.path else f"{_section(ctx, item.path)}.{item.path}", item.reason,
@@ -248,8 +249,8 @@ def check_ignored(ctx: Context) -> Iterator[Hit]:
 
     What it checks:
         A value the input gives that never reaches megatron-core: NeMo-RL settings while
-        ``megatron_cfg.enabled`` is false, NeMo-RL's ``offload_modules`` when
-        ``fine_grained_activation_offloading`` is false or unset, a Megatron-LM flag given
+        `megatron_cfg.enabled` is false, NeMo-RL's `offload_modules` when
+        `fine_grained_activation_offloading` is false or unset, a Megatron-LM flag given
         twice (the last one wins), or a flag whose value is a shell variable the checker
         cannot resolve. Reported for offloading settings only.
 
@@ -257,7 +258,7 @@ def check_ignored(ctx: Context) -> Iterator[Hit]:
         The config says one thing and the run does another.
 
     Source:
-        Beyond upstream: NeMo-RL ``_apply_performance_config``, argparse semantics.
+        Beyond upstream: NeMo-RL `_apply_performance_config`, argparse semantics.
     """
     for item in ctx.cfg.ignored:
         if not is_offload_related(item.path.rsplit(".", 1)[-1]) and not is_offload_related(item.setting.origin.key):

@@ -1,8 +1,8 @@
-"""ACT: layer-level activation offloading (``cpu_offloading*``, implemented by Transformer Engine)."""
+"""ACT: layer-level activation offloading (`cpu_offloading*`, implemented by Transformer Engine)."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from checks.context import Context
 from checks.rules import upstream as up
@@ -32,7 +32,7 @@ def graph_impl(ctx: Context) -> str:
 
 
 def blockers(ctx: Context, layers: int) -> list[str]:
-    """Why turning ``cpu_offloading`` on with ``layers`` offloaded layers would fail at start-up."""
+    """Why turning `cpu_offloading` on with `layers` offloaded layers would fail at start-up."""
     out = []
     if ctx.known("model.num_layers") and not 0 <= layers < ctx.get("model.num_layers"):
         out.append(f"{layers} is not below num_layers={ctx.get('model.num_layers')}")
@@ -46,21 +46,21 @@ def blockers(ctx: Context, layers: int) -> list[str]:
 
 
 def check_num_layers_range(ctx: Context) -> Iterator[Hit]:
-    """``cpu_offloading_num_layers`` must lie in [0, num_layers - 1] while ``cpu_offloading`` is on.
+    """`cpu_offloading_num_layers` must lie in [0, num_layers - 1] while `cpu_offloading` is on.
 
     What it checks:
-        With ``cpu_offloading`` true, ``cpu_offloading_num_layers`` is negative or not
-        below ``num_layers``. When the config does not give ``num_layers`` (a partial
+        With `cpu_offloading` true, `cpu_offloading_num_layers` is negative or not
+        below `num_layers`. When the config does not give `num_layers` (a partial
         override), only the lower bound is checked and an info finding says so.
 
     Why it matters:
-        ``TransformerConfig.__post_init__`` raises ``ValueError`` at start-up. The last
+        `TransformerConfig.__post_init__` raises `ValueError` at start-up. The last
         layer is never offloaded: Transformer Engine needs it on the device to overlap
-        the reloads, and TE >= 2.10 warns that ``num_layers - 1`` already prevents that
-        overlap, so ``num_layers - 2`` or fewer is the useful maximum.
+        the reloads, and TE >= 2.10 warns that `num_layers - 1` already prevents that
+        overlap, so `num_layers - 2` or fewer is the useful maximum.
 
     Source:
-        megatron-core ``TransformerConfig.__post_init__`` in every version.
+        megatron-core `TransformerConfig.__post_init__` in every version.
     """
     if not ctx.get(_SWITCH):
         return
@@ -93,17 +93,17 @@ def check_pipeline_parallel(ctx: Context) -> Iterator[Hit]:
     """Layer-level offloading does not support pipeline parallelism.
 
     What it checks:
-        ``cpu_offloading`` is true and ``pipeline_model_parallel_size`` is greater than 1
+        `cpu_offloading` is true and `pipeline_model_parallel_size` is greater than 1
         (with or without virtual pipeline stages).
 
     Why it matters:
-        ``TransformerConfig.__post_init__`` raises ``ValueError``. Transformer Engine's
+        `TransformerConfig.__post_init__` raises `ValueError`. Transformer Engine's
         offload synchroniser counts layers modulo the whole model's depth, which is only
         right when one rank holds every layer.
 
     Source:
-        megatron-core ``TransformerConfig.__post_init__`` in every version. Fine-grained
-        offloading (``fine_grained_activation_offloading``, >= 0.16) supports PP and VPP.
+        megatron-core `TransformerConfig.__post_init__` in every version. Fine-grained
+        offloading (`fine_grained_activation_offloading`, >= 0.16) supports PP and VPP.
     """
     pp = ctx.get("model.pipeline_model_parallel_size") or 1
     if not ctx.get(_SWITCH) or pp <= 1:
@@ -126,16 +126,16 @@ def check_recompute(ctx: Context) -> Iterator[Hit]:
     """Layer-level offloading cannot be combined with activation recomputation.
 
     What it checks:
-        ``cpu_offloading`` is true and ``recompute_granularity`` is set (``full``,
-        ``selective``, or any other value: the check only asks whether it is set).
+        `cpu_offloading` is true and `recompute_granularity` is set (`full`,
+        `selective`, or any other value: the check only asks whether it is set).
 
     Why it matters:
-        ``TransformerConfig.__post_init__`` raises ``ValueError``. On the Megatron-LM
-        command line ``--recompute-activations`` means ``selective``, so it trips this
+        `TransformerConfig.__post_init__` raises `ValueError`. On the Megatron-LM
+        command line `--recompute-activations` means `selective`, so it trips this
         too.
 
     Source:
-        megatron-core ``TransformerConfig.__post_init__`` in every version.
+        megatron-core `TransformerConfig.__post_init__` in every version.
     """
     granularity = ctx.get("model.recompute_granularity")
     if not ctx.get(_SWITCH) or granularity is None:
@@ -152,20 +152,20 @@ def check_recompute(ctx: Context) -> Iterator[Hit]:
 
 
 def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
-    """Layer-level offloading is refused with CUDA graphs, except ``full_iteration`` from 0.18.
+    """Layer-level offloading is refused with CUDA graphs, except `full_iteration` from 0.18.
 
     What it checks:
-        ``cpu_offloading`` is true and a CUDA-graph implementation is active. Per version:
-        0.14 checks only ``enable_cuda_graph`` (``external_cuda_graph`` slips through);
-        0.15-0.17 refuse every implementation, and ``full_iteration`` does not exist yet
-        (``Invalid cuda graph implementation``); from 0.18 ``full_iteration`` is exempt.
+        `cpu_offloading` is true and a CUDA-graph implementation is active. Per version:
+        0.14 checks only `enable_cuda_graph` (`external_cuda_graph` slips through);
+        0.15-0.17 refuse every implementation, and `full_iteration` does not exist yet
+        (`Invalid cuda graph implementation`); from 0.18 `full_iteration` is exempt.
 
     Why it matters:
-        ``TransformerConfig.__post_init__`` raises at start-up. Offload copies are
+        `TransformerConfig.__post_init__` raises at start-up. Offload copies are
         host-synchronised and cannot be captured in a per-layer graph.
 
     Source:
-        megatron-core ``TransformerConfig.__post_init__``; the exemption arrived with
+        megatron-core `TransformerConfig.__post_init__`; the exemption arrived with
         NVIDIA/Megatron-LM PR #3969 / #4292 (0.18.0).
     """
     if not ctx.get(_SWITCH):
@@ -197,20 +197,20 @@ def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
 
 
 def check_zero_layers(ctx: Context) -> Iterator[Hit]:
-    """``cpu_offloading`` on with ``cpu_offloading_num_layers`` 0 offloads nothing.
+    """`cpu_offloading` on with `cpu_offloading_num_layers` 0 offloads nothing.
 
     What it checks:
-        ``cpu_offloading`` is true and ``cpu_offloading_num_layers`` is 0 (its default).
+        `cpu_offloading` is true and `cpu_offloading_num_layers` is 0 (its default).
 
     Why it matters:
         megatron-core accepts it, Transformer Engine builds its offload context, and no
         layer is offloaded: the memory saving you planned for never happens and the job
         may run out of memory later. (On the Megatron-LM command line
-        ``--cpu-offloading-num-layers N`` is the switch, so this only happens with Bridge,
-        NeMo-RL ``model_overrides`` or Python configs.)
+        `--cpu-offloading-num-layers N` is the switch, so this only happens with Bridge,
+        NeMo-RL `model_overrides` or Python configs.)
 
     Source:
-        Beyond upstream: TE's offload loop runs ``range(num_layers)`` (v1) or marks no
+        Beyond upstream: TE's offload loop runs `range(num_layers)` (v1) or marks no
         layer (v2, TE >= 2.10).
     """
     if ctx.get(_SWITCH) and ctx.get(_LAYERS) == 0:
@@ -220,21 +220,21 @@ def check_zero_layers(ctx: Context) -> Iterator[Hit]:
 
 
 def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
-    """``cpu_offloading_*`` knobs do nothing while ``cpu_offloading`` is off.
+    """`cpu_offloading_*` knobs do nothing while `cpu_offloading` is off.
 
     What it checks:
-        ``cpu_offloading`` is false and ``cpu_offloading_num_layers`` is above 0, or
-        ``cpu_offloading_double_buffering`` / ``cpu_offloading_retain_pinned_cpu_buffers``
+        `cpu_offloading` is false and `cpu_offloading_num_layers` is above 0, or
+        `cpu_offloading_double_buffering` / `cpu_offloading_retain_pinned_cpu_buffers`
         is true. When enabling it as written would fail, the message says why.
 
     Why it matters:
         Megatron Bridge never derives the switch from the layer count (the Megatron-LM
-        command line does), so a recipe that sets only ``cpu_offloading_num_layers``
+        command line does), so a recipe that sets only `cpu_offloading_num_layers`
         offloads nothing, silently.
 
     Source:
         Beyond upstream. Seen in Megatron-Bridge@067f987d
-        ``perf_recipes/gpt_oss/common.py:86`` (95 layers on a 24-layer model).
+        `perf_recipes/gpt_oss/common.py:86` (95 layers on a 24-layer model).
     """
     if ctx.get(_SWITCH):
         return

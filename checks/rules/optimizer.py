@@ -1,8 +1,8 @@
-"""OPT: optimizer-state offloading (``optimizer_cpu_offload``, megatron-core's ``HybridDeviceOptimizer``)."""
+"""OPT: optimizer-state offloading (`optimizer_cpu_offload`, megatron-core's `HybridDeviceOptimizer`)."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from checks.context import Context
 from checks.rules import upstream as up
@@ -13,22 +13,22 @@ _FRACTION = "optimizer.optimizer_offload_fraction"
 
 
 def check_fraction_zero(ctx: Context) -> Iterator[Hit]:
-    """``optimizer_cpu_offload`` with ``optimizer_offload_fraction`` 0 offloads nothing.
+    """`optimizer_cpu_offload` with `optimizer_offload_fraction` 0 offloads nothing.
 
     What it checks:
-        ``optimizer_cpu_offload`` is true and ``optimizer_offload_fraction`` is 0.0,
+        `optimizer_cpu_offload` is true and `optimizer_offload_fraction` is 0.0,
         which is the dataclass default: Megatron Bridge and Python configs that set only
         the switch get it. (The Megatron-LM command line defaults the fraction to 1.0.)
 
     Why it matters:
-        ``HybridDeviceOptimizer`` is still built and keeps every parameter on the GPU,
+        `HybridDeviceOptimizer` is still built and keeps every parameter on the GPU,
         with an fp32 copy and fp32 moments for each: nothing moves to the host, the
         precision-aware optimizer's savings are lost, and GPU memory goes *up*.
         NeMo-RL refuses it at set-up.
 
     Source:
         Beyond megatron-core, which never checks the fraction; NeMo-RL
-        ``_validate_optimizer_config`` (since NVIDIA-NeMo/RL PR #3628, 2026-08-18).
+        `_validate_optimizer_config` (since NVIDIA-NeMo/RL PR #3628, 2026-08-18).
     """
     if ctx.get(_SWITCH) and ctx.get(_FRACTION) == 0:
         where = "left at its default 0.0" if not ctx.is_set(_FRACTION) else "set to 0"
@@ -40,19 +40,19 @@ def check_fraction_zero(ctx: Context) -> Iterator[Hit]:
 
 
 def check_fraction_range(ctx: Context) -> Iterator[Hit]:
-    """``optimizer_offload_fraction`` must lie in [0, 1].
+    """`optimizer_offload_fraction` must lie in [0, 1].
 
     What it checks:
-        ``optimizer_offload_fraction`` is below 0 or above 1 while
-        ``optimizer_cpu_offload`` is on.
+        `optimizer_offload_fraction` is below 0 or above 1 while
+        `optimizer_cpu_offload` is on.
 
     Why it matters:
-        megatron-core never range-checks it (not in ``OptimizerConfig``, the optimizer
+        megatron-core never range-checks it (not in `OptimizerConfig`, the optimizer
         factory or Megatron-LM's argument checks): 1.5 silently behaves like 1.0 and
         -0.5 like 0 (nothing offloaded). NeMo-RL refuses both.
 
     Source:
-        Beyond megatron-core; NeMo-RL ``_validate_optimizer_config``.
+        Beyond megatron-core; NeMo-RL `_validate_optimizer_config`.
     """
     fraction = ctx.get(_FRACTION)
     if not ctx.get(_SWITCH) or 0 <= fraction <= 1:
@@ -65,12 +65,12 @@ def check_fraction_range(ctx: Context) -> Iterator[Hit]:
 
 
 def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
-    """Optimizer-offload knobs do nothing while ``optimizer_cpu_offload`` is off.
+    """Optimizer-offload knobs do nothing while `optimizer_cpu_offload` is off.
 
     What it checks:
-        ``optimizer_cpu_offload`` is false and ``optimizer_offload_fraction`` is set above
-        0, or ``overlap_cpu_optimizer_d2h_h2d`` / ``use_torch_optimizer_for_cpu_offload``
-        is true, or ``pin_cpu_grads`` / ``pin_cpu_params`` is set to false.
+        `optimizer_cpu_offload` is false and `optimizer_offload_fraction` is set above
+        0, or `overlap_cpu_optimizer_d2h_h2d` / `use_torch_optimizer_for_cpu_offload`
+        is true, or `pin_cpu_grads` / `pin_cpu_params` is set to false.
 
     Why it matters:
         None of them is read without the switch, so a config that looks like it offloads
@@ -78,8 +78,8 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
         (an error there); elsewhere it is silent.
 
     Source:
-        Beyond megatron-core; NeMo-RL ``_validate_optimizer_config``. Seen in
-        Megatron-Bridge@067f987d ``perf_recipes/deepseek/gb200/deepseek_v4.py:97``.
+        Beyond megatron-core; NeMo-RL `_validate_optimizer_config`. Seen in
+        Megatron-Bridge@067f987d `perf_recipes/deepseek/gb200/deepseek_v4.py:97`.
     """
     if ctx.get(_SWITCH):
         return
@@ -107,16 +107,16 @@ def check_decoupled_weight_decay(ctx: Context) -> Iterator[Hit]:
     """Optimizer offloading needs AdamW-style decoupled weight decay.
 
     What it checks:
-        ``optimizer_cpu_offload`` is true and ``decoupled_weight_decay`` is false.
+        `optimizer_cpu_offload` is true and `decoupled_weight_decay` is false.
 
     Why it matters:
-        ``OptimizerConfig`` accepts it, then building the optimizer fails with an
-        ``AssertionError``: the host optimizer is ``torch.optim.AdamW``. There is no
+        `OptimizerConfig` accepts it, then building the optimizer fails with an
+        `AssertionError`: the host optimizer is `torch.optim.AdamW`. There is no
         Megatron-LM flag for this field, so only Python, Bridge and NeMo-RL configs can
         set it.
 
     Source:
-        megatron-core >= 0.15 ``_get_megatron_optimizer_based_on_param_groups``.
+        megatron-core >= 0.15 `_get_megatron_optimizer_based_on_param_groups`.
     """
     if ctx.get(_SWITCH) and ctx.get("optimizer.decoupled_weight_decay") is False:
         yield Hit("optimizer.decoupled_weight_decay", "optimizer_cpu_offload=true with decoupled_weight_decay=false",
@@ -126,19 +126,19 @@ def check_decoupled_weight_decay(ctx: Context) -> Iterator[Hit]:
 
 
 def check_precision_aware_cli(ctx: Context) -> Iterator[Hit]:
-    """On the Megatron-LM command line, ``--optimizer-cpu-offload`` needs ``--use-precision-aware-optimizer``.
+    """On the Megatron-LM command line, `--optimizer-cpu-offload` needs `--use-precision-aware-optimizer`.
 
     What it checks:
-        A Megatron-LM command line has ``--optimizer-cpu-offload`` without
-        ``--use-precision-aware-optimizer``.
+        A Megatron-LM command line has `--optimizer-cpu-offload` without
+        `--use-precision-aware-optimizer`.
 
     Why it matters:
-        ``validate_args`` asserts at start-up: the hybrid optimizer reuses the
-        precision-aware code path. That flag in turn needs ``--use-distributed-optimizer``
-        and ``--optimizer adam``. Bridge and NeMo-RL do not have this check.
+        `validate_args` asserts at start-up: the hybrid optimizer reuses the
+        precision-aware code path. That flag in turn needs `--use-distributed-optimizer`
+        and `--optimizer adam`. Bridge and NeMo-RL do not have this check.
 
     Source:
-        Megatron-LM ``megatron/training/arguments.py`` ``validate_args``, every version.
+        Megatron-LM `megatron/training/arguments.py` `validate_args`, every version.
     """
     if ctx.get(_SWITCH) and not ctx.get("optimizer.use_precision_aware_optimizer"):
         yield Hit("optimizer.use_precision_aware_optimizer",

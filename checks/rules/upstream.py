@@ -57,7 +57,8 @@ F4_ATTN_PROJ = UpstreamCheck(
 
 # --- optimizer offload ---
 I2_DECOUPLED_WD = UpstreamCheck(
-    "megatron-core", "AssertionError", "CPU offloading only supported with decoupled_weight_decay enabled (AdamW mode).",
+    "megatron-core", "AssertionError",
+    "CPU offloading only supported with decoupled_weight_decay enabled (AdamW mode).",
     STAGE_OPTIMIZER, _lines(OI, v0153=316, v0161=312, v0171=495, v0182=508, v0192=508, main=510))
 A1_PRECISION_AWARE = UpstreamCheck(
     "megatron-lm", "AssertionError",
@@ -73,5 +74,6 @@ NRL_OVERLAP = UpstreamCheck(
     "nemo-rl", "ValueError", "overlap_cpu_optimizer_d2h_h2d=True requires optimizer_cpu_offload=True", STAGE_SETUP,
     fixed=f"{NEMO_RL_SETUP}:1233")
 NRL_MODULES_EMPTY = UpstreamCheck(
-    "nemo-rl", "ValueError", "offload_modules must be a non-empty list when fine_grained_activation_offloading is True.",
+    "nemo-rl", "ValueError",
+    "offload_modules must be a non-empty list when fine_grained_activation_offloading is True.",
     STAGE_SETUP, fixed=f"{NEMO_RL_SETUP}:1193")

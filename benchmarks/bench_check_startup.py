@@ -1,0 +1,100 @@
+"""Cold start of `python -m checks check` against importing megatron-core and building its configs.
+
+Both sides run as fresh processes, interleaved, on the same input (a bundled Bridge dump). The peer is
+given the config's keyword arguments ready-made, so it is timed only for importing megatron-core and
+constructing `TransformerConfig` and `OptimizerConfig`, which is what validating the config with
+megatron-core itself costs. Prints medians and the ratio from this one run and writes an artifact.
+
+Usage: python benchmarks/bench_check_startup.py [--runs N] [--out reference/benchmarks/check_startup.json]
+Goals (issue #2): checker median <= 0.2 s, and >= 25x faster than the peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import ROOT, revision_pins
+from checks.context import Context
+from checks.loaders import Request, load
+
+CONFIG = "examples/configs/bridge/run_config_clean.yaml"
+CHECKER = [sys.executable, "-m", "checks", "check", CONFIG, "--format", "json", "--mcore-version", "0.16.1"]
+_DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
+
+
+def peer_script() -> str:
+    """A Python program that builds megatron-core's own configs from the same input."""
+    ctx = Context(load(Request((str(ROOT / CONFIG),), version="0.16.1"))[0])
+    parts = {}
+    for section in ("model", "optimizer"):
+        kwargs = []
+        for path in ctx.cfg.settings:
+            sec, _, name = path.partition(".")
+            spec = ctx.profile.field(sec, name) if sec == section else None
+            if spec is None or spec.kind == "any" or path in ctx.invalid:
+                continue
+            value = ctx.get(path)
+            kwargs.append(f"{name}={_DTYPES[value] if spec.kind == 'dtype' else repr(value)}")
+        parts[section] = ", ".join(kwargs)
+    return (
+        "import torch\n"
+        "from megatron.core.transformer.transformer_config import TransformerConfig\n"
+        "from megatron.core.optimizer import OptimizerConfig\n"
+        f"TransformerConfig({parts['model']})\n"
+        f"OptimizerConfig({parts['optimizer']})\n"
+    )
+
+
+def timed(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=ROOT, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=ROOT / "reference" / "benchmarks" / "check_startup.json")
+    args = parser.parse_args(argv)
+    peer = [sys.executable, "-W", "ignore", "-c", peer_script()]
+    subprocess.run(CHECKER, cwd=ROOT, capture_output=True)  # warm the page cache for both, then measure
+    subprocess.run(peer, cwd=ROOT, capture_output=True, check=True)
+    checker_s, peer_s = [], []
+    for i in range(args.runs):
+        checker_s.append(timed(CHECKER))
+        peer_s.append(timed(peer))
+        print(f"run {i + 1}/{args.runs}: checker {checker_s[-1]:.3f} s, megatron-core {peer_s[-1]:.3f} s",
+              file=sys.stderr)
+    checker_median, peer_median = statistics.median(checker_s), statistics.median(peer_s)
+    ratio = peer_median / checker_median
+    result = {
+        "benchmark": "check_startup",
+        "input": CONFIG,
+        "runs": args.runs,
+        "checker_median_s": round(checker_median, 4),
+        "megatron_core_median_s": round(peer_median, 4),
+        "speedup": round(ratio, 1),
+        "goals": {"checker_median_s_max": 0.2, "speedup_min": 25},
+        "goals_met": checker_median <= 0.2 and ratio >= 25,
+        "checker_s": [round(t, 4) for t in checker_s],
+        "megatron_core_s": [round(t, 4) for t in peer_s],
+        "peer": "python -c: import megatron-core, build TransformerConfig and OptimizerConfig with the same values",
+        "revision": revision_pins(sys.argv),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"checker median {checker_median:.3f} s; megatron-core median {peer_median:.3f} s; "
+          f"checker is {ratio:.1f}x faster; goals met: {result['goals_met']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

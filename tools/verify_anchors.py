@@ -1,0 +1,73 @@
+"""Check that every upstream anchor points at the statement that raises the check's message.
+
+Maintainer tool, not part of the checker. For each megatron-core/Megatron-LM check in
+``checks/rules/upstream.py`` and each version it is anchored in, it reads the file at that
+version's commit from a Megatron-LM git checkout, finds the ``raise``/``assert`` statement that
+starts at the anchored line (with ``ast``; nothing is imported) and confirms that the statement
+carries the check's message (or, for a message of None, that it is a bare ``assert``). When it
+does not, it prints where the message is now.
+
+Usage:
+
+    python tools/verify_anchors.py --git /path/to/Megatron-LM
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from checks.anchors import UpstreamCheck
+from checks.rules import ALL_RULES
+from checks.versions import profile
+
+
+def _statements(source: str) -> dict[int, ast.stmt]:
+    return {node.lineno: node for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Raise, ast.Assert))}
+
+
+def _static_text(message: str | None) -> str:
+    return "" if message is None else message.split("{")[0][:40]
+
+
+def _carries(node: ast.stmt, source: str, check: UpstreamCheck) -> bool:
+    if check.message is None:
+        return isinstance(node, ast.Assert) and node.msg is None
+    segment = ast.get_source_segment(source, node) or ""
+    flat = "".join(part for part in segment.replace('"', "'").split("'")[1::2])  # the string literals, joined
+    return _static_text(check.message) in flat
+
+
+def verify(repo: Path) -> int:
+    problems = 0
+    checks = {id(c): c for rule in ALL_RULES for c in rule.upstream if c.lines}
+    for check in checks.values():
+        for version, where in check.lines.items():
+            path, _, line = where.rpartition(":")
+            commit = profile(version).commit
+            source = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], check=True,
+                                    capture_output=True, text=True).stdout
+            statements = _statements(source)
+            node = statements.get(int(line))
+            if node is not None and _carries(node, source, check):
+                continue
+            problems += 1
+            now = [n.lineno for n in statements.values() if _carries(n, source, check)]
+            print(f"{version} {where}: no statement carrying {_static_text(check.message)!r} here; found at {now}")
+    print(f"{problems} anchor problem(s) in {sum(len(c.lines) for c in checks.values())} anchors")
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--git", type=Path, required=True, help="Megatron-LM git directory")
+    return verify(parser.parse_args(argv).git)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
