@@ -9,7 +9,8 @@ does not, it prints where the message is now.
 
 Usage:
 
-    python tools/verify_anchors.py --git /path/to/Megatron-LM
+    python tools/verify_anchors.py --git /path/to/Megatron-LM \
+        --repo NVIDIA-NeMo/RL=/path/to/RL --repo NVIDIA-NeMo/Megatron-Bridge=/path/to/Megatron-Bridge
 """
 
 from __future__ import annotations
@@ -43,14 +44,26 @@ def _carries(node: ast.stmt, source: str, check: UpstreamCheck) -> bool:
     return _static_text(check.message) in flat
 
 
-def verify(repo: Path) -> int:
-    problems = 0
-    checks = {id(c): c for rule in ALL_RULES for c in rule.upstream if c.lines}
+def _anchors(check: UpstreamCheck) -> list[tuple[str, str, str, str]]:
+    """(label, repository, commit, path:line) for every anchor of a check."""
+    if check.fixed is not None:
+        repo_commit, _, where = check.fixed.partition(":")
+        repo, _, commit = repo_commit.partition("@")
+        return [("fixed", repo, commit, where)]
+    return [(v, "NVIDIA/Megatron-LM", profile(v).commit, where) for v, where in check.lines.items()]
+
+
+def verify(repos: dict[str, Path]) -> int:
+    problems = checked = 0
+    checks = {id(c): c for rule in ALL_RULES for c in rule.upstream}
     for check in checks.values():
-        for version, where in check.lines.items():
+        for label, repo, commit, where in _anchors(check):
+            if repo not in repos:
+                print(f"skipped {repo}@{commit}:{where} (no checkout given with --repo {repo}=PATH)")
+                continue
+            checked += 1
             path, _, line = where.rpartition(":")
-            commit = profile(version).commit
-            source = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], check=True,
+            source = subprocess.run(["git", "-C", str(repos[repo]), "show", f"{commit}:{path}"], check=True,
                                     capture_output=True, text=True).stdout
             statements = _statements(source)
             node = statements.get(int(line))
@@ -58,15 +71,23 @@ def verify(repo: Path) -> int:
                 continue
             problems += 1
             now = [n.lineno for n in statements.values() if _carries(n, source, check)]
-            print(f"{version} {where}: no statement carrying {_static_text(check.message)!r} here; found at {now}")
-    print(f"{problems} anchor problem(s) in {sum(len(c.lines) for c in checks.values())} anchors")
+            print(f"{label} {repo}:{where}: no statement carrying {_static_text(check.message)!r} here; "
+                  f"found at {now}")
+    print(f"{problems} anchor problem(s) in {checked} anchors checked")
     return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--git", type=Path, required=True, help="Megatron-LM git directory")
-    return verify(parser.parse_args(argv).git)
+    parser.add_argument("--git", type=Path, required=True, help="NVIDIA/Megatron-LM git directory")
+    parser.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME=PATH",
+                        help="another repository's git directory, e.g. NVIDIA-NeMo/RL=/path (repeatable)")
+    args = parser.parse_args(argv)
+    repos = {"NVIDIA/Megatron-LM": args.git}
+    for item in args.repo:
+        name, _, path = item.partition("=")
+        repos[name] = Path(path)
+    return verify(repos)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,35 @@ def check_attn_proj(ctx: Context) -> Iterator[Hit]:
                   patch={_MODULES: ["core_attn", *modules]}, upstream=ctx.upstream(up.F4_ATTN_PROJ))
 
 
+def check_transformer_engine(ctx: Context) -> Iterator[Hit]:
+    """Fine-grained offloading needs the Transformer Engine layer implementation.
+
+    What it checks:
+        `fine_grained_activation_offloading` is true and `transformer_impl` is not
+        `transformer_engine` (`local` or `inference_optimized`).
+
+    Why it matters:
+        The offload hooks live in Transformer Engine's CPU-offload module. Megatron-LM's
+        argument checks assert it, and Megatron Bridge (which NeMo-RL runs too) raises
+        `ValueError` in `ConfigContainer.validate`; a Python config built straight on
+        megatron-core gets no check and fails at the first offloaded group.
+
+    Source:
+        Megatron-LM `validate_args` (>= 0.16); Megatron-Bridge@067f987d
+        `_validate_fine_grained_activation_offloading`.
+    """
+    impl = ctx.get("model.transformer_impl")
+    if not ctx.get(_SWITCH) or impl == "transformer_engine":
+        return
+    if ctx.flavor == "megatron-lm":
+        upstream = ctx.upstream(up.A3_TE_IMPL)
+    else:
+        upstream = ctx.upstream(up.BRIDGE_FG_TE_IMPL, impl=impl)
+    yield Hit("model.transformer_impl", f"fine_grained_activation_offloading=true with transformer_impl={impl!r}",
+              "Set transformer_impl=transformer_engine, or turn fine-grained offloading off",
+              patch={"model.transformer_impl": "transformer_engine"}, upstream=upstream, at=(_SWITCH,))
+
+
 def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading knobs do nothing while the switch is off.
 
@@ -209,6 +238,13 @@ RULES: tuple[Rule, ...] = (
          good=Example("model:\n  fine_grained_activation_offloading: true\n"
                       "  offload_modules: [core_attn, attn_proj]\n"),
          reads=(_SWITCH, _MODULES), since=_FGA_SINCE, upstream=(up.F4_ATTN_PROJ,)),
+    Rule("FGA006", "fine-grained-needs-transformer-engine", ERROR, check_transformer_engine,
+         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
+                     "  transformer_impl: local\n"),
+         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
+                      "  transformer_impl: transformer_engine\n"),
+         reads=(_SWITCH, "model.transformer_impl"), since=_FGA_SINCE,
+         upstream=(up.A3_TE_IMPL, up.BRIDGE_FG_TE_IMPL)),
     Rule("FGA005", "fine-grained-knobs-without-switch", WARNING, check_knobs_without_switch,
          bad=Example("model:\n  offload_modules: [core_attn]\n"),
          good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"),

@@ -148,6 +148,28 @@ def check_precision_aware_cli(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.A1_PRECISION_AWARE), at=(_SWITCH,))
 
 
+def check_fp8_param_gather_cli(ctx: Context) -> Iterator[Hit]:
+    """On the Megatron-LM command line, optimizer offload with `--fp8-param-gather` needs the delayed fp8 recipe.
+
+    What it checks:
+        A Megatron-LM command line has `--optimizer-cpu-offload` and `--fp8-param-gather`
+        with an `--fp8-recipe` other than `delayed`.
+
+    Why it matters:
+        `validate_args` asserts at start-up. Under the hood the distributed optimizer
+        keeps no shard for fp8 parameters of the other recipes, and the hybrid optimizer
+        cannot be built over them.
+
+    Source:
+        Megatron-LM `megatron/training/arguments.py` `validate_args`, every version.
+    """
+    recipe = ctx.get("model.fp8_recipe")
+    if ctx.get(_SWITCH) and ctx.get("model.fp8_param") and recipe != "delayed":
+        yield Hit("model.fp8_recipe", f"--optimizer-cpu-offload with --fp8-param-gather and --fp8-recipe {recipe}",
+                  "Use --fp8-recipe delayed, or drop --fp8-param-gather", patch={"model.fp8_recipe": "delayed"},
+                  upstream=ctx.upstream(up.A2_FP8_DELAYED), at=("model.fp8_param", _SWITCH))
+
+
 RULES: tuple[Rule, ...] = (
     Rule("OPT001", "optimizer-offload-fraction-zero", ERROR, check_fraction_zero,
          bad=Example("optimizer:\n  optimizer_cpu_offload: true\n"),
@@ -175,4 +197,11 @@ RULES: tuple[Rule, ...] = (
                       "megatron-lm"),
          reads=(_SWITCH, "optimizer.use_precision_aware_optimizer"), flavors=frozenset({"megatron-lm"}),
          upstream=(up.A1_PRECISION_AWARE,)),
+    Rule("OPT006", "optimizer-offload-fp8-param-gather-recipe", ERROR, check_fp8_param_gather_cli,
+         bad=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
+                     "--fp8-format hybrid --fp8-param-gather --fp8-recipe tensorwise", "megatron-lm"),
+         good=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
+                      "--fp8-format hybrid --fp8-param-gather --fp8-recipe delayed", "megatron-lm"),
+         reads=(_SWITCH, "model.fp8_param", "model.fp8_recipe"), flavors=frozenset({"megatron-lm"}),
+         upstream=(up.A2_FP8_DELAYED,)),
 )

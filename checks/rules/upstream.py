@@ -14,6 +14,7 @@ TC = "megatron/core/transformer/transformer_config.py"
 OI = "megatron/core/optimizer/__init__.py"
 ARGS = "megatron/training/arguments.py"
 NEMO_RL_SETUP = "NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/megatron/setup.py"
+BRIDGE_CONFIG = "NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/config.py"
 
 
 def _lines(path: str, **by_version: int) -> dict[str, str]:
@@ -65,6 +66,23 @@ A1_PRECISION_AWARE = UpstreamCheck(
     "The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`, as the hybrid "
     "device optimizer reuses the code path of this flag.",
     STAGE_CLI, _lines(ARGS, v0140=1062, v0153=1155, v0161=1191, v0171=1497, v0182=1672, v0192=1804, main=1885))
+
+A2_FP8_DELAYED = UpstreamCheck(
+    "megatron-lm", "AssertionError",
+    "When `--fp8-param-gather` is enabled, the optimizer cpu offload must be used in conjunction with "
+    "`--fp8-recipe delayed`.",
+    STAGE_CLI, _lines(ARGS, v0140=1066, v0153=1159, v0161=1195, v0171=1501, v0182=1676, v0192=1808, main=1889))
+A3_TE_IMPL = UpstreamCheck(
+    "megatron-lm", "AssertionError",
+    "Fine-grained activation offloading is only supported with transformer_engine implementation",
+    STAGE_CLI, _lines(ARGS, v0161=1223, v0171=1548, v0182=1723, v0192=1855, main=1936))
+
+# --- Megatron Bridge's own checks (ConfigContainer.validate at 067f987d; NeMo-RL runs it too) ---
+BRIDGE_FG_TE_IMPL = UpstreamCheck(
+    "megatron-bridge", "ValueError",
+    "Fine-grained activation offloading is only supported with transformer_engine implementation. "
+    "Current transformer_impl: {impl}",
+    STAGE_SETUP, fixed=f"{BRIDGE_CONFIG}:2204")
 
 # --- NeMo-RL's own checks (nemo_rl/models/megatron/setup.py at 7ea279ab) ---
 NRL_FRACTION = UpstreamCheck(
