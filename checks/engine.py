@@ -67,6 +67,9 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 def _order(f: Finding) -> tuple[Any, ...]:
+    """Target, then file and line (command-line arguments by position), then severity and id."""
     o = f.origin
+    arg_position = int("".join(c for c in o.arg if c.isdigit()) or 0) if o and o.arg else 0
     return (f.target or "", o is None, (o.file or "") if o else "", (o.line or 0) if o else 0,
-            (o.arg or "") if o else "", _SEVERITY_ORDER.get(f.severity, 3), f.rule, f.path)
+            (o.arg or "").split("#")[0].split("[")[0] if o else "", arg_position,
+            _SEVERITY_ORDER.get(f.severity, 3), f.rule, f.path)

@@ -17,6 +17,7 @@ ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITIES: tuple[str, ...] = (ERROR, WARNING, INFO)
 ALL_FLAVORS: frozenset[str] = frozenset({"bridge", "nemo-rl", "megatron-lm"})
 
+
 @dataclass(frozen=True)
 class Example:
     """A config that shows a rule: in the input's real format, small enough to read."""
@@ -68,18 +69,19 @@ class Rule:
         return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
 
     def applies_to(self, version: str, flavor: str) -> bool:
-        if flavor not in self.flavors:
-            return False
+        return flavor in self.flavors and self.in_version(version)
+
+    def in_version(self, version: str) -> bool:
         key = version_key(version)
         after_start = self.since is None or key >= version_key(self.since)
         before_end = self.until is None or key <= version_key(self.until)
         return after_start and before_end
 
     def versions(self) -> tuple[str, ...]:
-        return tuple(v for v in VERSIONS if self.applies_to(v, next(iter(sorted(self.flavors)))))
+        return tuple(v for v in VERSIONS if self.in_version(v))
 
 
 def _dedent(text: str) -> str:
-    import inspect
+    import inspect  # only `explain` and the docs need it
 
     return inspect.cleandoc(text)

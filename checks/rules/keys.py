@@ -10,7 +10,7 @@ from checks.context import Context
 from checks.formats import BRIDGE_SECTIONS, NEMO_RL_MEGATRON_CFG_KEYS, is_offload_related, normalise
 from checks.formats import close_matches as _close_matches
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
-from checks.values import describe, show
+from checks.values import show
 from checks.versions import mlm_flags, versions_with_field, versions_with_flag
 
 _FRONT_END = {"bridge": "Megatron Bridge", "nemo-rl": "NeMo-RL", "megatron-lm": "Megatron-LM"}
@@ -273,7 +273,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_DESCRIBE = describe  # re-exported for tests
 RULES: tuple[Rule, ...] = (
     Rule("CFG001", "unknown-offload-key", ERROR, check_unknown_key,
          bad=Example("optimizer:\n  optimizer_cpu_ofload: true\n"),
