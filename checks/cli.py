@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from checks import __version__
+from checks.config import Environment
 from checks.errors import InputError
 
 _EPILOG = """exit codes: 0 no error findings; 1 error findings (or warnings with --strict);
@@ -43,6 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--mcore-version", default=None, metavar="VERSION",
                        help="megatron-core version the job runs, e.g. 0.16.1, 0.19.2, main "
                             "(default: the newest release the rules know)")
+    check.add_argument("--te-version", metavar="VERSION",
+                       help="Transformer Engine version of the job, e.g. 2.10 (default: unknown; rules that "
+                            "depend on it say so)")
+    check.add_argument("--nemo-rl-version", default=None, metavar="VERSION",
+                       help="NeMo-RL release the config is for: 0.4 to 0.7, or main (default: main, "
+                            "NVIDIA-NeMo/RL@7ea279ab)")
+    check.add_argument("--env", dest="variables", action="append", default=[], metavar="NAME=VALUE",
+                       help="an environment variable the job is launched with (repeatable), e.g. "
+                            "NVTE_CPU_OFFLOAD_V1=1")
     check.add_argument("--format", default="text", choices=("text", "json"))
     check.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     check.add_argument("--emit-overrides", action="store_true",
@@ -80,20 +91,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(args.command)
 
 
+def environment(args: argparse.Namespace) -> tuple[str, Environment]:
+    """The megatron-core version and what else the user told us about the job's environment."""
+    from checks.config import Origin, Setting
+    from checks.versions import (
+        DEFAULT_NEMO_RL_VERSION,
+        DEFAULT_VERSION,
+        installed_mcore_version,
+        parse_te_version,
+        resolve_nemo_rl_version,
+        resolve_version,
+    )
+
+    version, source = DEFAULT_VERSION, "default"
+    if args.mcore_version:
+        version, source = resolve_version(args.mcore_version), "option"
+    elif installed := installed_mcore_version():
+        with contextlib.suppress(InputError):  # a release the rules do not know keeps the default
+            version, source = resolve_version(installed), f"installed megatron-core {installed}"
+    variables = {}
+    for index, text in enumerate(args.variables, start=1):
+        name, eq, value = text.partition("=")
+        if not eq or not name.strip():
+            raise InputError(f"--env #{index}", f"{text!r} is not NAME=VALUE")
+        variables[name.strip()] = Setting(value, Origin(arg=f"--env #{index}", key=name.strip()))
+    return version, Environment(
+        te_version=parse_te_version(args.te_version) if args.te_version else None,
+        nemo_rl_version=resolve_nemo_rl_version(args.nemo_rl_version) if args.nemo_rl_version
+        else DEFAULT_NEMO_RL_VERSION,
+        variables=variables, mcore_source=source)
+
+
 def _check(args: argparse.Namespace) -> int:
     from checks.engine import run
     from checks.loaders import Request, load
     from checks.report import RENDERERS, Report
-    from checks.versions import DEFAULT_VERSION, resolve_version
 
-    version = resolve_version(args.mcore_version) if args.mcore_version else DEFAULT_VERSION
+    version, env = environment(args)
     argv = args.argv
     if isinstance(argv, list):  # argparse turns "--argv=--" into [] (it drops the "--" separator)
         argv = " ".join(argv) or "--"
-    request = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version)
+    request = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version, env)
     configs = load(request)
     findings = run(configs)
-    report = Report(tuple(findings), configs[0].flavor, version, tuple(args.files), args.strict)
+    report = Report(tuple(findings), configs[0].flavor, version, tuple(args.files), args.strict, env)
     if args.emit_overrides:
         print(_overrides(configs, findings))
     else:

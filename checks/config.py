@@ -81,6 +81,26 @@ class Spelling(Protocol):
 
 
 @dataclass(frozen=True)
+class Environment:
+    """What the outcome depends on but a config does not say, as the user gave it (or left it unknown)."""
+
+    te_version: tuple[int, int] | None = None  # Transformer Engine major.minor; None: unknown
+    nemo_rl_version: str = "main"  # a NeMo-RL release ("0.7.0") or "main" (NVIDIA-NeMo/RL@7ea279ab)
+    variables: Mapping[str, Setting] = field(default_factory=dict)  # --env NAME=VALUE: the launch environment
+    mcore_source: str = "default"  # how the megatron-core version was chosen: option, installed, default
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variables", MappingProxyType(dict(self.variables)))
+
+    def te_at_least(self, version: str) -> bool | None:
+        """Whether Transformer Engine is at least ``version`` ("2.10"); None when the version is unknown."""
+        if self.te_version is None:
+            return None
+        major, minor = (int(p) for p in version.split(".")[:2])
+        return self.te_version >= (major, minor)
+
+
+@dataclass(frozen=True)
 class CanonicalConfig:
     """One model's offload-relevant configuration, as megatron-core will see it."""
 
@@ -94,6 +114,8 @@ class CanonicalConfig:
     ignored: tuple[Ignored, ...] = ()
     rejected: tuple[Rejected, ...] = ()
     inputs: tuple[str, ...] = ()  # files, in the order they were applied
+    environment: Environment = field(default_factory=Environment)
+    model_class: str | None = None  # Bridge's model provider class (its `_target_`), when the input names it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))

@@ -17,28 +17,6 @@ BRIDGE_SECTIONS: frozenset[str] = frozenset({
     "tensor_inspect", "profiling", "peft", "comm_overlap", "mixed_precision",
 })
 
-# Keys of NeMo-RL's MegatronConfig TypedDict (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/policy/__init__.py:329-487)
-# plus the keys nemo_rl/models/megatron/setup.py reads with .get(); anything else under megatron_cfg is unused.
-NEMO_RL_MEGATRON_CFG_KEYS: frozenset[str] = frozenset(
-    """
-enabled env_vars model_overrides empty_unused_memory_level activation_checkpointing recompute_granularity
-recompute_modules tensor_model_parallel_size pipeline_model_parallel_size num_layers_in_first_pipeline_stage
-num_layers_in_last_pipeline_stage context_parallel_size radio_force_cpe_eval_mode freeze_vision_model
-freeze_vision_projection freeze_sound_encoder freeze_sound_projection pipeline_dtype sequence_parallel
-freeze_moe_router expert_tensor_parallel_size expert_model_parallel_size defer_fp32_logits apply_rope_fusion
-bias_activation_fusion force_reconvert_from_hf attention_backend moe_per_layer_logging moe_enable_deepep
-moe_token_dispatcher_type inference_moe_token_dispatcher_type inference_grouped_gemm_backend
-moe_router_num_groups moe_router_group_topk transformer_impl cuda_graph_impl cuda_graph_modules
-cuda_graph_warmup_steps moe_pad_experts_for_cuda_graph_inference moe_shared_expert_overlap
-fine_grained_activation_offloading offload_modules use_gloo_process_groups moe_grouped_gemm
-moe_flex_dispatcher_backend moe_hybridep_num_sms hybridep_num_ranks_per_nvlink_domain hybridep_use_mnnvl peft
-optimizer scheduler distributed_data_parallel_config checkpoint gradient_accumulation_fusion
-use_fused_weighted_squared_relu use_fused_linear_logprobs fused_linear_logprobs_chunk_size mtp_num_layers
-mtp_loss_scaling_factor mtp_use_repeated_layer mtp_detach_heads clear_memory_caches_before_refit fp8_cfg
-freeze_config moe_router_dtype moe_router_load_balancing_type moe_router_bias_update_rate moe_permute_fusion
-layernorm_epsilon train_iters converter_type
-""".split()
-)
 
 _OFFLOAD_WORDS = ("offload", "cpu_off", "pin_cpu", "d2h", "h2d")
 

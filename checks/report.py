@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from checks.config import Origin
+from checks.config import Environment, Origin
 from checks.engine import Finding
 
 
@@ -20,6 +20,7 @@ class Report:
     mcore_version: str
     inputs: tuple[str, ...]
     strict: bool = False
+    environment: Environment = field(default_factory=Environment)
 
     def count(self, severity: str) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -50,6 +51,16 @@ def finding_json(f: Finding) -> dict[str, Any]:
     return out
 
 
+def assumptions(report: Report) -> dict[str, Any]:
+    """What the verdict depends on besides the config: versions chosen or left unknown."""
+    env = report.environment
+    return {
+        "mcore_version_source": env.mcore_source,
+        "te_version": ".".join(map(str, env.te_version)) if env.te_version else None,
+        "nemo_rl_version": env.nemo_rl_version if report.flavor == "nemo-rl" else None,
+    }
+
+
 def render_json(report: Report) -> str:
     document = {
         "status": "fail" if report.failed else "ok",
@@ -57,6 +68,7 @@ def render_json(report: Report) -> str:
         "flavor": report.flavor,
         "findings": [finding_json(f) for f in report.findings],
         "summary": {s: report.count(s) for s in ("error", "warning", "info")},
+        "assumptions": assumptions(report),
     }
     return json.dumps(document, indent=2)
 
@@ -79,6 +91,12 @@ def render_text(report: Report) -> str:
     counts = ", ".join(f"{report.count(s)} {s}{'s' if report.count(s) != 1 else ''}"
                        for s in ("error", "warning", "info"))
     context = f"{report.flavor}, megatron-core {report.mcore_version}"
+    if report.environment.mcore_source != "option":
+        context += f" ({report.environment.mcore_source})"
+    if report.environment.te_version:
+        context += f", Transformer Engine {'.'.join(map(str, report.environment.te_version))}"
+    if report.flavor == "nemo-rl":
+        context += f", NeMo-RL {report.environment.nemo_rl_version}"
     if report.findings:
         lines.append(f"{counts} ({context})")
         ids = " ".join(dict.fromkeys(f.rule for f in report.findings))

@@ -43,6 +43,58 @@ def version_key(label: str) -> tuple[int, int]:
     return (int(major), int(minor))
 
 
+NEMO_RL_VERSIONS: tuple[str, ...] = ("0.4.0", "0.5.0", "0.6.0", "0.7.0", "main")
+# main is NVIDIA-NeMo/RL@7ea279ab (2026-08-22); the releases up to 0.7.0 predate its offload changes.
+DEFAULT_NEMO_RL_VERSION = "main"
+
+
+def resolve_nemo_rl_version(text: str) -> str:
+    """Map ``0.7``, ``v0.7.0`` or ``main`` to a NeMo-RL label the checker knows."""
+    wanted = text.strip().lower().lstrip("v")
+    if wanted in ("main", "dev"):
+        return "main"
+    match = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?", wanted)
+    if match:
+        for label in NEMO_RL_VERSIONS[:-1]:
+            if label.split(".")[:2] == [match.group(1), match.group(2)]:
+                return label
+    raise InputError("--nemo-rl-version", f"unknown NeMo-RL version {text!r}; known: {', '.join(NEMO_RL_VERSIONS)}")
+
+
+def nemo_rl_keys(version: str) -> frozenset[str]:
+    """The keys NeMo-RL ``version`` reads under ``megatron_cfg`` (``data/nemo_rl_keys.json``)."""
+    return frozenset(_load("nemo_rl_keys.json")["megatron_cfg"][version])
+
+
+def nemo_rl_commit(version: str) -> str:
+    commit: str = _load("nemo_rl_keys.json")["refs"][version]
+    return commit
+
+
+def parse_te_version(text: str) -> tuple[int, int]:
+    """``2.10``, ``2.10.0``, ``2.10.0.dev0+abc`` -> ``(2, 10)``."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)", text)
+    if not match:
+        raise InputError("--te-version", f"{text!r} is not a Transformer Engine version such as 2.10")
+    return int(match.group(1)), int(match.group(2))
+
+
+def installed_mcore_version() -> str | None:
+    """The version of an installed megatron-core, read from its dist-info directory name (nothing imported)."""
+    import os
+    import sys
+
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(("megatron_core-", "megatron-core-")) and name.endswith(".dist-info"):
+                return name[len("megatron_core-"):-len(".dist-info")]
+    return None
+
+
 def resolve_version(text: str) -> str:
     """Map a user-given version (``0.16``, ``0.16.0``, ``0.16.x``, ``main``) to a profile label."""
     wanted = text.strip().lower()

@@ -56,7 +56,8 @@ def test_json_output_is_the_documented_contract(tmp_path: Path, capsys: pytest.C
     code, out, _ = run(capsys, "check", str(path), "--mcore-version", "0.16.1", "--format", "json")
     assert code == 1
     document = json.loads(out)
-    assert list(document) == ["status", "mcore_version", "flavor", "findings", "summary"]
+    assert list(document) == ["status", "mcore_version", "flavor", "findings", "summary", "assumptions"]
+    assert document["assumptions"] == {"mcore_version_source": "option", "te_version": None, "nemo_rl_version": None}
     assert document["status"] == "fail" and document["summary"] == {"error": 2, "warning": 0, "info": 0}
     assert document["findings"][0] == {
         "rule": "ACT002", "severity": "error", "target": None, "path": "model.pipeline_model_parallel_size",
@@ -74,12 +75,26 @@ def test_json_output_is_the_documented_contract(tmp_path: Path, capsys: pytest.C
 
 
 def test_clean_config_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "check", str(EXAMPLES / "bridge/run_config_clean.yaml"))
+    clean = str(EXAMPLES / "bridge/run_config_clean.yaml")
+    code, out, err = run(capsys, "check", clean, "--mcore-version", "0.19.2")
     assert (code, err) == (0, "")
     assert out == "ok: no offloading problems found (bridge, megatron-core 0.19.2)\n"
-    code, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_clean.yaml"), "--format", "json")
+    code, out, _ = run(capsys, "check", clean, "--format", "json", "--mcore-version", "0.19", "--te-version", "2.12")
     assert json.loads(out) == {"status": "ok", "mcore_version": "0.19.2", "flavor": "bridge", "findings": [],
-                               "summary": {"error": 0, "warning": 0, "info": 0}}
+                               "summary": {"error": 0, "warning": 0, "info": 0},
+                               "assumptions": {"mcore_version_source": "option", "te_version": "2.12",
+                                               "nemo_rl_version": None}}
+
+
+def test_version_comes_from_installed_megatron_core(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    import checks.versions
+
+    monkeypatch.setattr(checks.versions, "installed_mcore_version", lambda: "0.17.0")
+    _, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_clean.yaml"))
+    assert out == "ok: no offloading problems found (bridge, megatron-core 0.17.1 (installed megatron-core 0.17.0))\n"
+    monkeypatch.setattr(checks.versions, "installed_mcore_version", lambda: None)
+    _, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_clean.yaml"))
+    assert out == "ok: no offloading problems found (bridge, megatron-core 0.19.2 (default))\n"
 
 
 def test_strict_fails_on_warnings(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ model).
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 from checks.config import CanonicalConfig
 from checks.errors import InputError
@@ -29,8 +30,7 @@ def load(request: Request) -> list[CanonicalConfig]:
     if flavor not in _LOADERS:
         raise InputError("--flavor", f"unknown flavor {flavor!r}; choose auto, {', '.join(FLAVORS)}")
     module = importlib.import_module(_LOADERS[flavor])
-    configs: list[CanonicalConfig] = module.load(Request(request.files, request.overrides, request.argv, flavor,
-                                                         request.version))
+    configs: list[CanonicalConfig] = module.load(replace(request, flavor=flavor))
     return configs
 
 

@@ -15,7 +15,7 @@ from checks.config import CanonicalConfig, Origin, Setting, Unrecognised
 from checks.formats import BRIDGE_SECTIONS
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
-from checks.loaders.common import Request, apply_overrides, hydra_lines
+from checks.loaders.common import Request, apply_overrides, hydra_lines, with_environment
 from checks.versions import profile
 from checks.yamlio import load_yaml
 
@@ -25,6 +25,14 @@ TARGET_KEYS: frozenset[str] = frozenset({"_target_", "_call_", "_args_", "_name_
 _TORCH_DTYPES: Mapping[str, str] = {
     "torch.float32": "fp32", "torch.float": "fp32", "torch.float16": "fp16", "torch.half": "fp16",
     "torch.bfloat16": "bf16", "torch.float64": "fp64",
+}
+# Launcher-level settings some rules need, from sections that are not megatron-core config classes.
+_RUN_KEYS: Mapping[tuple[str, str], str] = {
+    ("train", "skip_train"): "run.skip_train",
+    ("train", "rampup_batch_size"): "run.rampup_batch_size",
+    ("dist", "use_megatron_fsdp"): "run.use_megatron_fsdp",
+    ("ddp", "use_megatron_fsdp"): "run.use_megatron_fsdp",
+    ("ddp", "megatron_fsdp_version"): "run.megatron_fsdp_version",  # Bridge's own DDP field
 }
 _SYNC_NOTE = ("Bridge enables the distributed optimizer in both ddp and optimizer when either is set "
               "(Megatron-Bridge@067f987d:src/megatron/bridge/training/config.py:2101-2138)")
@@ -89,10 +97,18 @@ def _canonical(tree: trees.Tree, request: Request, nested: bool) -> CanonicalCon
                 unrecognised.append(Unrecognised(section, name, value, "ignored"))
             else:
                 settings[f"{section}.{name}"] = value
+    for (section, name), path in _RUN_KEYS.items():
+        node = trees.get(tree, (section, name))
+        if isinstance(node, Setting) and (path not in settings or node.value):
+            settings[path] = node
+    unrecognised = [u for u in unrecognised if (u.section, u.name) not in _RUN_KEYS]
     _sync_distributed_optimizer(settings)
+    with_environment(settings, request.environment, launch_wins=True)
+    target = trees.get(tree, ("model", "_target_"))
     return CanonicalConfig(
         flavor="bridge", version=request.version, settings=settings,
         spelling=BridgeSpelling(nested), unrecognised=tuple(unrecognised), inputs=request.files,
+        environment=request.environment, model_class=str(target.value) if isinstance(target, Setting) else None,
     )
 
 

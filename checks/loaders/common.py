@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from checks.config import Origin
+from checks.config import Environment, Origin, Setting
 from checks.errors import InputError
 from checks.loaders import tree as trees
 
@@ -22,6 +22,19 @@ class Request:
     argv: str | None = None  # --argv "...": Megatron-LM flags, appended after any script
     flavor: str = "auto"
     version: str = "0.19.2"
+    environment: Environment = field(default_factory=Environment)
+
+
+def with_environment(settings: dict[str, Setting], environment: Environment, *, launch_wins: bool) -> None:
+    """Add the launch environment (--env) to ``env.*`` settings.
+
+    ``launch_wins``: Bridge applies its ``env_vars`` with ``os.environ.setdefault``, so a variable already
+    set in the launch environment wins there; NeMo-RL hands ``env_vars`` to Ray, which sets them over it.
+    """
+    for name, setting in environment.variables.items():
+        path = f"env.{name}"
+        if launch_wins or path not in settings:
+            settings[path] = setting
 
 
 def apply_overrides(tree: trees.Tree, overrides: tuple[str, ...]) -> trees.Tree:

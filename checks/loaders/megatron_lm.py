@@ -20,7 +20,7 @@ from typing import Any
 
 from checks.config import CanonicalConfig, Ignored, Origin, Rejected, Setting, Unrecognised
 from checks.errors import InputError
-from checks.loaders.common import Request
+from checks.loaders.common import Request, with_environment
 from checks.versions import FlagSpec, Profile, mlm_flags, profile
 from checks.yamlio import load_yaml, read_text
 
@@ -209,11 +209,12 @@ class _Parser:
             self._store(spec, token, values)
         settings = self._settings()
         settings.update(env)
+        with_environment(settings, self.request.environment, launch_wins=True)
         return CanonicalConfig(
             flavor="megatron-lm", version=self.request.version, settings=settings,
             spelling=MegatronLmSpelling(self.flags, self.prof, {s.flag for s, _, _ in self.values.values()}),
             defaults=self._defaults(), unrecognised=tuple(self.unrecognised), ignored=tuple(self.ignored),
-            rejected=tuple(self.rejected), inputs=self.request.files,
+            rejected=tuple(self.rejected), inputs=self.request.files, environment=self.request.environment,
         )
 
     def _store(self, spec: FlagSpec, token: Token, values: list[Token]) -> None:
@@ -262,10 +263,12 @@ class _Parser:
         return value
 
     def _paths(self, dest: str) -> tuple[str, ...]:
+        """Config fields a flag sets; a flag that sets none is kept as a launcher setting, ``run.<dest>``."""
         if dest in _DEST_ALIASES:
             return _DEST_ALIASES[dest]
-        return tuple(f"{section}.{dest}" for section in ("model", "optimizer", "ddp")
-                     if self.prof.field(section, dest) is not None)
+        fields = tuple(f"{section}.{dest}" for section in ("model", "optimizer", "ddp")
+                       if self.prof.field(section, dest) is not None)
+        return fields or (f"run.{dest}",)
 
     def _settings(self) -> dict[str, Setting]:
         settings: dict[str, Setting] = {}

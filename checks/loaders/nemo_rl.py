@@ -15,11 +15,10 @@ from typing import Any
 
 from checks.config import CanonicalConfig, Ignored, Origin, Setting, Unrecognised
 from checks.errors import InputError
-from checks.formats import NEMO_RL_MEGATRON_CFG_KEYS as MEGATRON_CFG_KEYS
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
-from checks.loaders.common import Request, apply_overrides, hydra_lines
-from checks.versions import Profile, profile
+from checks.loaders.common import Request, apply_overrides, hydra_lines, with_environment
+from checks.versions import Profile, nemo_rl_keys, profile
 from checks.yamlio import load_yaml
 
 TARGETS: tuple[str, ...] = ("policy", "value")
@@ -96,7 +95,8 @@ def _canonical(tree: trees.Tree, target: str, request: Request) -> CanonicalConf
     prefix = (target, "megatron_cfg")
     tree = interpolation.resolve(tree, _wanted(tree, target))
     mc = trees.get(tree, prefix)
-    mapper = _Mapper(prof, target)
+    keys = nemo_rl_keys(request.environment.nemo_rl_version)
+    mapper = _Mapper(prof, target, keys)
     enabled = mc.get("enabled")
     mapper.map_megatron_cfg(mc)
     precision = trees.get(tree, (target, "precision"))
@@ -108,10 +108,11 @@ def _canonical(tree: trees.Tree, target: str, request: Request) -> CanonicalConf
                  "setting applies"
         mapper.ignored.extend(Ignored(path, s, reason) for path, s in mapper.settings.items())
         mapper.settings.clear()
+    with_environment(mapper.settings, request.environment, launch_wins=False)
     return CanonicalConfig(
         flavor="nemo-rl", version=request.version, settings=mapper.settings, target=target,
-        spelling=NemoRlSpelling(target, prof, existing), unrecognised=tuple(mapper.unrecognised),
-        ignored=tuple(mapper.ignored), inputs=request.files,
+        spelling=NemoRlSpelling(target, prof, existing, keys), unrecognised=tuple(mapper.unrecognised),
+        ignored=tuple(mapper.ignored), inputs=request.files, environment=request.environment,
     )
 
 
@@ -123,9 +124,10 @@ def _wanted(tree: trees.Tree, target: str) -> list[tuple[Any, ...]]:
 class _Mapper:
     """Map one megatron_cfg subtree onto canonical settings, as setup.py applies it."""
 
-    def __init__(self, prof: Profile, target: str) -> None:
+    def __init__(self, prof: Profile, target: str, keys: frozenset[str]) -> None:
         self.prof = prof
         self.target = target
+        self.keys = keys  # what this NeMo-RL version reads under megatron_cfg
         self.settings: dict[str, Setting] = {}
         self.unrecognised: list[Unrecognised] = []
         self.ignored: list[Ignored] = []
@@ -136,21 +138,22 @@ class _Mapper:
 
     def map_megatron_cfg(self, mc: trees.Tree) -> None:
         for name, node in mc.items():
-            if name in _SPECIAL:
-                continue
-            if name not in MEGATRON_CFG_KEYS:
+            if name not in self.keys:
                 self.unrecognised.append(Unrecognised("megatron_cfg", name, _leaf(node), "ignored"))
+            elif name in _SPECIAL:
+                continue
             elif isinstance(node, Setting) and self.prof.field("model", name) is not None:
                 value = _DTYPES.get(node.value, node.value) if name == "pipeline_dtype" else node.value
                 self.settings[f"model.{name}"] = Setting(value, node.origin)
-        self._recompute(mc)
-        self._fine_grained(mc)
-        self._cuda_graph_modules(mc)
-        self._fp8(mc)
-        self._section(mc.get("optimizer"), "optimizer", "crash")
-        self._ddp(mc)
-        self._model_overrides(mc.get("model_overrides"))
-        env = mc.get("env_vars")
+        known = {k: v for k, v in mc.items() if k in self.keys}
+        self._recompute(known)
+        self._fine_grained(known)
+        self._cuda_graph_modules(known)
+        self._fp8(known)
+        self._section(known.get("optimizer"), "optimizer", "crash")
+        self._ddp(known)
+        self._model_overrides(known.get("model_overrides"))
+        env = known.get("env_vars")
         if isinstance(env, dict):
             for key, setting in env.items():
                 if isinstance(setting, Setting):
@@ -256,12 +259,14 @@ def _leaf(node: Any) -> Setting:
 class NemoRlSpelling:
     """Hydra override keys for NeMo-RL's entry points (``examples/run_grpo.py ... KEY=VALUE``)."""
 
-    def __init__(self, target: str, prof: Profile, existing: set[str]) -> None:
+    def __init__(self, target: str, prof: Profile, existing: set[str], keys: frozenset[str]) -> None:
         self.base = f"{target}.megatron_cfg"
         self.prof = prof
         self.existing = existing
+        self.keys = keys
 
-    def key(self, path: str) -> str:
+    def key(self, path: str) -> str | None:
+        """The override key for a canonical path, or None where this NeMo-RL version has no way to set it."""
         section, _, name = path.partition(".")
         if section == "optimizer":
             return f"{self.base}.optimizer.{name}"
@@ -271,9 +276,9 @@ class NemoRlSpelling:
             return f"{self.base}.distributed_data_parallel_config.{name}"
         if section == "env":
             return f"{self.base}.env_vars.{name}"
-        if name in MEGATRON_CFG_KEYS:
+        if name in self.keys:
             return f"{self.base}.{name}"
-        return f"{self.base}.model_overrides.{name}"
+        return f"{self.base}.model_overrides.{name}" if "model_overrides" in self.keys else None
 
     def patch(self, changes: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -282,8 +287,8 @@ class NemoRlSpelling:
                 out[f"{self.base}.activation_checkpointing"] = False
             elif path in ("model.recompute_method", "model.recompute_num_layers") and value is None:
                 continue  # NeMo-RL derives these from activation_checkpointing
-            else:
-                out[self.key(path)] = value
+            elif (key := self.key(path)) is not None:
+                out[key] = value
         return out
 
     def override_lines(self, patch: Mapping[str, Any]) -> list[str]:

@@ -7,11 +7,11 @@ from typing import Any
 
 from checks.config import Unrecognised
 from checks.context import Context
-from checks.formats import BRIDGE_SECTIONS, NEMO_RL_MEGATRON_CFG_KEYS, is_offload_related, normalise
+from checks.formats import BRIDGE_SECTIONS, is_offload_related, normalise
 from checks.formats import close_matches as _close_matches
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
 from checks.values import show
-from checks.versions import mlm_flags, versions_with_field, versions_with_flag
+from checks.versions import mlm_flags, nemo_rl_keys, versions_with_field, versions_with_flag
 
 _FRONT_END = {"bridge": "Megatron Bridge", "nemo-rl": "NeMo-RL", "megatron-lm": "Megatron-LM"}
 
@@ -36,7 +36,7 @@ def _candidates(ctx: Context, item: Unrecognised) -> list[str]:
     if item.section == "":
         return sorted(BRIDGE_SECTIONS - {"_target_"})
     if item.section == "megatron_cfg":
-        return sorted(NEMO_RL_MEGATRON_CFG_KEYS | ctx.profile.names("model"))
+        return sorted(nemo_rl_keys(ctx.cfg.environment.nemo_rl_version) | ctx.profile.names("model"))
     return sorted(ctx.profile.names(item.section))
 
 
@@ -89,7 +89,9 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
             continue  # scripts carry other programs' flags (torchrun, python); only offload flags are ours
         key = item.setting.origin.key or item.name
         home = _home(ctx, item) if item.section in ("model", "optimizer", "ddp") else None
-        if item.section == "megatron_cfg" and normalise(item.name) in ctx.profile.names("model"):
+        nemo_rl_overrides = "model_overrides" in nemo_rl_keys(ctx.cfg.environment.nemo_rl_version)
+        if item.section == "megatron_cfg" and normalise(item.name) in ctx.profile.names("model") \
+                and nemo_rl_overrides:
             hint, fix = ("NeMo-RL sets this model field only under megatron_cfg.model_overrides",
                          f"Move it to megatron_cfg.model_overrides.{normalise(item.name)}")
         elif home is not None:
