@@ -6,11 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks.versions import VERSIONS, profile
+from checks.versions import NEMO_RL_VERSIONS, VERSIONS, nemo_rl_commit, profile
 
 # Where each project's checks run, for the differential tests and `explain`.
 STAGE_CONFIG = "config"  # a config dataclass's __post_init__ (TransformerConfig, OptimizerConfig)
 STAGE_OPTIMIZER = "optimizer"  # building the optimizer (get_megatron_optimizer)
+STAGE_MODEL = "model"  # building the model (TransformerBlock and its layers)
 STAGE_CLI = "cli"  # Megatron-LM validate_args
 STAGE_SETUP = "setup"  # a framework's own set-up code (Bridge, NeMo-RL)
 
@@ -31,9 +32,10 @@ class Upstream:
 class UpstreamCheck:
     """One check an upstream project performs, with its location in each version.
 
-    ``lines`` maps a megatron-core version label to ``path:line`` (the commit
-    comes from the version profile); ``fixed`` is a complete anchor for
-    projects pinned at one commit (Megatron Bridge, NeMo-RL).
+    ``lines`` maps a version label to ``path:line``: a megatron-core version
+    (the commit comes from the version profile), or a NeMo-RL release for
+    ``project == "nemo-rl"``. ``fixed`` is a complete anchor for a check known
+    at one commit only (Megatron Bridge, NeMo-RL main).
     """
 
     project: str
@@ -44,7 +46,15 @@ class UpstreamCheck:
     fixed: str | None = None
 
     def versions(self) -> tuple[str, ...]:
-        return tuple(v for v in VERSIONS if v in self.lines) if self.lines else VERSIONS
+        """The labels this check is anchored in (megatron-core versions, or NeMo-RL releases); () when fixed."""
+        labels = NEMO_RL_VERSIONS if self.project == "nemo-rl" else VERSIONS
+        return tuple(v for v in labels if v in self.lines)
+
+    def anchors(self) -> dict[str, str]:
+        """Every anchor, by version label ("at" for a check anchored at one commit only)."""
+        if self.fixed is not None:
+            return {"at": self.fixed}
+        return {v: a for v in self.versions() if (a := self.anchor(v)) is not None}
 
     def anchor(self, version: str) -> str | None:
         if self.fixed is not None:
@@ -53,6 +63,8 @@ class UpstreamCheck:
         if where is None:
             return None
         path, _, line = where.rpartition(":")
+        if self.project == "nemo-rl":
+            return f"NVIDIA-NeMo/RL@{nemo_rl_commit(version)[:8]}:{path}:{line}"
         return profile(version).anchor(path, int(line))
 
     def at(self, version: str, **values: Any) -> Upstream:

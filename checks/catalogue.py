@@ -15,7 +15,8 @@ from checks.engine import Finding, run
 from checks.loaders import Request, load
 from checks.rules import ALL_RULES
 from checks.rules.base import Example, Rule
-from checks.versions import DEFAULT_VERSION, VERSIONS
+from checks.config import Environment
+from checks.versions import DEFAULT_NEMO_RL_VERSION, DEFAULT_VERSION, VERSIONS, parse_te_version
 
 
 def example_version(rule: Rule, example: Example) -> str:
@@ -26,16 +27,22 @@ def example_version(rule: Rule, example: Example) -> str:
     return next(v for v in reversed(VERSIONS) if rule.applies_to(v, example.flavor))
 
 
+def example_environment(example: Example) -> Environment:
+    return Environment(te_version=parse_te_version(example.te) if example.te else None,
+                       nemo_rl_version=example.nemo_rl or DEFAULT_NEMO_RL_VERSION, mcore_source="option")
+
+
 def run_example(rule: Rule, example: Example) -> list[Finding]:
     """Check an example exactly as a user's file or command line would be checked."""
     version = example_version(rule, example)
+    env = example_environment(example)
     if example.flavor == "megatron-lm":
-        return run(load(Request(argv=example.text, flavor="megatron-lm", version=version)))
+        return run(load(Request(argv=example.text, flavor="megatron-lm", version=version, environment=env)))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "example.yaml")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(example.text)
-        findings = run(load(Request(files=(path,), flavor=example.flavor, version=version)))
+        findings = run(load(Request(files=(path,), flavor=example.flavor, version=version, environment=env)))
     return [_relabel(f) for f in findings]
 
 
@@ -55,7 +62,7 @@ def rule_json(rule: Rule) -> dict[str, Any]:
         "flavors": sorted(rule.flavors), "versions": list(rule.versions()),
         "upstream": [
             {"project": c.project, "exception": c.exception, "message": c.message, "stage": c.stage,
-             "anchors": {v: c.anchor(v) for v in c.versions() if c.anchor(v)}}
+             "anchors": c.anchors()}
             for c in rule.upstream
         ],
     }
@@ -83,15 +90,14 @@ def explain_text(rule: Rule) -> str:
     for check in rule.upstream:
         quoted = f'"{check.message}"' if check.message is not None else "(bare assert, no message)"
         parts.append(f"Upstream: {check.project} {check.exception} {quoted}")
-        for v in check.versions():
-            anchor = check.anchor(v)
-            if anchor:
-                parts.append(f"    {v:<7} {anchor}")
+        parts += [f"    {label:<7} {anchor}" for label, anchor in check.anchors().items()]
     if not rule.upstream:
         parts.append("Upstream: none (this rule goes beyond what upstream checks)")
     for label, example in (("Bad", rule.bad), ("Good", rule.good)):
         version = example_version(rule, example)
-        parts += ["", f"{label} ({example.flavor}, megatron-core {version}):", _indent(example.text)]
+        extra = (f", Transformer Engine {example.te}" if example.te else "") + \
+            (f", NeMo-RL {example.nemo_rl}" if example.nemo_rl else "")
+        parts += ["", f"{label} ({example.flavor}, megatron-core {version}{extra}):", _indent(example.text)]
         findings = [f for f in run_example(rule, example) if f.rule == rule.id]
         parts += [_indent("-> " + _finding_line(f)) for f in findings] or [_indent("-> no finding")]
     return "\n".join(parts)

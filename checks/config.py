@@ -84,13 +84,17 @@ class Spelling(Protocol):
 class Environment:
     """What the outcome depends on but a config does not say, as the user gave it (or left it unknown)."""
 
-    te_version: tuple[int, int] | None = None  # Transformer Engine major.minor; None: unknown
+    te_version: tuple[int, int] | None = None  # Transformer Engine major.minor; None: unknown; (0, 0): absent
     nemo_rl_version: str = "main"  # a NeMo-RL release ("0.7.0") or "main" (NVIDIA-NeMo/RL@7ea279ab)
     variables: Mapping[str, Setting] = field(default_factory=dict)  # --env NAME=VALUE: the launch environment
     mcore_source: str = "default"  # how the megatron-core version was chosen: option, installed, default
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variables", MappingProxyType(dict(self.variables)))
+
+    @property
+    def te_absent(self) -> bool:
+        return self.te_version == (0, 0)
 
     def te_at_least(self, version: str) -> bool | None:
         """Whether Transformer Engine is at least ``version`` ("2.10"); None when the version is unknown."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from checks.anchors import Upstream, UpstreamCheck
-from checks.config import CanonicalConfig, Setting, split_path
+from checks.config import CanonicalConfig, Environment, Setting, split_path
 from checks.values import coerce
 from checks.versions import ARCHITECTURE_FIELDS, NO_DEFAULT, Profile, profile, version_key
 
@@ -42,7 +42,7 @@ class Context:
 
     def exists(self, path: str) -> bool:
         section, name = split_path(path)
-        return section == "env" or self.profile.field(section, name) is not None
+        return section in ("env", "run") or self.profile.field(section, name) is not None
 
     def is_set(self, path: str) -> bool:
         return path in self.cfg.settings
@@ -66,8 +66,24 @@ class Context:
             return None
         return spec.default
 
+    @property
+    def env(self) -> Environment:
+        return self.cfg.environment
+
+    def te_at_least(self, version: str) -> bool | None:
+        """Transformer Engine at least ``version``; None when the user did not say (--te-version)."""
+        return self.cfg.environment.te_at_least(version)
+
+    def env_var(self, name: str) -> str | None:
+        """An environment variable as the job will see it (config env_vars or --env), as a string."""
+        value = self.get(f"env.{name}")
+        if value is None:
+            return None
+        return ("1" if value else "0") if isinstance(value, bool) else str(value)
+
     def upstream(self, check: UpstreamCheck, **values: Any) -> Upstream | None:
         """The upstream record of ``check`` in this version, or None where it has no anchor."""
-        if check.anchor(self.version) is None:
+        version = self.cfg.environment.nemo_rl_version if check.project == "nemo-rl" else self.version
+        if check.anchor(version) is None:
             return None
-        return check.at(self.version, **values)
+        return check.at(version, **values)

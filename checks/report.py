@@ -56,7 +56,7 @@ def assumptions(report: Report) -> dict[str, Any]:
     env = report.environment
     return {
         "mcore_version_source": env.mcore_source,
-        "te_version": ".".join(map(str, env.te_version)) if env.te_version else None,
+        "te_version": ("none" if env.te_absent else ".".join(map(str, env.te_version))) if env.te_version else None,
         "nemo_rl_version": env.nemo_rl_version if report.flavor == "nemo-rl" else None,
     }
 
@@ -93,7 +93,9 @@ def render_text(report: Report) -> str:
     context = f"{report.flavor}, megatron-core {report.mcore_version}"
     if report.environment.mcore_source != "option":
         context += f" ({report.environment.mcore_source})"
-    if report.environment.te_version:
+    if report.environment.te_absent:
+        context += ", without Transformer Engine"
+    elif report.environment.te_version:
         context += f", Transformer Engine {'.'.join(map(str, report.environment.te_version))}"
     if report.flavor == "nemo-rl":
         context += f", NeMo-RL {report.environment.nemo_rl_version}"

@@ -72,10 +72,12 @@ def nemo_rl_commit(version: str) -> str:
 
 
 def parse_te_version(text: str) -> tuple[int, int]:
-    """``2.10``, ``2.10.0``, ``2.10.0.dev0+abc`` -> ``(2, 10)``."""
+    """``2.10``, ``2.10.0``, ``2.10.0.dev0+abc`` -> ``(2, 10)``; ``none`` (not installed) -> ``(0, 0)``."""
+    if text.strip().lower() in ("none", "absent", "0"):
+        return (0, 0)
     match = re.match(r"\s*v?(\d+)\.(\d+)", text)
     if not match:
-        raise InputError("--te-version", f"{text!r} is not a Transformer Engine version such as 2.10")
+        raise InputError("--te-version", f"{text!r} is not a Transformer Engine version such as 2.10 (or none)")
     return int(match.group(1)), int(match.group(2))
 
 

@@ -109,7 +109,8 @@ def test_emit_overrides_for_each_flavor(capsys: pytest.CaptureFixture[str]) -> N
     assert out.splitlines() == ["model.cpu_offloading_num_layers=30", "model.pipeline_model_parallel_size=1",
                                 "model.recompute_granularity=null", "optimizer.optimizer_cpu_offload=true"]
     code, out, _ = run(capsys, "check", str(EXAMPLES / "nemo-rl/grpo_broken.yaml"), "--emit-overrides")
-    assert out.splitlines() == ["policy.megatron_cfg.offload_modules=[core_attn,attn_proj]",
+    assert out.splitlines() == ["++policy.megatron_cfg.env_vars.NVTE_CPU_OFFLOAD_V1='1'",
+                                "policy.megatron_cfg.offload_modules=[core_attn,attn_proj]",
                                 "policy.megatron_cfg.optimizer.optimizer_offload_fraction=1.0"]
     code, out, _ = run(capsys, "check", str(EXAMPLES / "megatron-lm/pretrain_gpt_offload.sh"), "--emit-overrides")
     assert out.splitlines() == ["# remove --recompute-activations", "--use-precision-aware-optimizer"]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from checks.anchors import UpstreamCheck
 from checks.rules import ALL_RULES
-from checks.versions import profile
+from checks.versions import nemo_rl_commit, profile
 
 
 def _statements(source: str) -> dict[int, ast.stmt]:
@@ -50,6 +50,8 @@ def _anchors(check: UpstreamCheck) -> list[tuple[str, str, str, str]]:
         repo_commit, _, where = check.fixed.partition(":")
         repo, _, commit = repo_commit.partition("@")
         return [("fixed", repo, commit, where)]
+    if check.project == "nemo-rl":
+        return [(v, "NVIDIA-NeMo/RL", nemo_rl_commit(v), where) for v, where in check.lines.items()]
     return [(v, "NVIDIA/Megatron-LM", profile(v).commit, where) for v, where in check.lines.items()]
 
 

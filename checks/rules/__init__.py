@@ -7,8 +7,9 @@ from checks.rules.fine_grained import RULES as _FINE_GRAINED
 from checks.rules.keys import RULES as _KEYS
 from checks.rules.layer_offload import RULES as _LAYER
 from checks.rules.optimizer import RULES as _OPTIMIZER
+from checks.rules.transformer_engine import RULES as _TRANSFORMER_ENGINE
 
-ALL_RULES: tuple[Rule, ...] = tuple(sorted(_LAYER + _FINE_GRAINED + _OPTIMIZER + _KEYS, key=lambda r: r.id))
+ALL_RULES: tuple[Rule, ...] = tuple(sorted(_LAYER + _FINE_GRAINED + _OPTIMIZER + _KEYS + _TRANSFORMER_ENGINE, key=lambda r: r.id))
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
 
 

@@ -25,6 +25,8 @@ class Example:
     text: str  # YAML for bridge / nemo-rl, a command line for megatron-lm
     flavor: str = "bridge"
     version: str | None = None  # None: every version the rule applies to
+    te: str | None = None  # --te-version for the example; None: unknown
+    nemo_rl: str | None = None  # --nemo-rl-version; None: the default
 
 
 @dataclass(frozen=True)

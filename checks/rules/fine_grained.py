@@ -219,35 +219,36 @@ def _forced_off(ctx: Context) -> bool:
 
 
 _FGA_SINCE = "0.16"
+_ENV = "env_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n"  # TE >= 2.10 needs it (TEX005)
 RULES: tuple[Rule, ...] = (
     Rule("FGA001", "fine-grained-with-cpu-offloading", ERROR, check_exclusive,
          bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                     "  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n"),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"),
+                     "  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n" + _ENV),
+         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
          reads=(_SWITCH, "model.cpu_offloading"), since=_FGA_SINCE, upstream=(up.F1_EXCLUSIVE,)),
     Rule("FGA002", "offload-modules-empty", ERROR, check_modules_present,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n"),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"),
+         bad=Example("model:\n  fine_grained_activation_offloading: true\n" + _ENV),
+         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
          reads=(_SWITCH, _MODULES), since=_FGA_SINCE, upstream=(up.F2_MODULES_EMPTY, up.NRL_MODULES_EMPTY)),
     Rule("FGA003", "offload-modules-invalid", ERROR, check_modules_valid,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_atn]\n"),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"),
+         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_atn]\n" + _ENV),
+         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
          reads=(_SWITCH, _MODULES), since=_FGA_SINCE, upstream=(up.F3_MODULES_INVALID,)),
     Rule("FGA004", "attn-proj-without-core-attn", ERROR, check_attn_proj,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [attn_proj]\n"),
+         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [attn_proj]\n" + _ENV),
          good=Example("model:\n  fine_grained_activation_offloading: true\n"
-                      "  offload_modules: [core_attn, attn_proj]\n"),
+                      "  offload_modules: [core_attn, attn_proj]\n" + _ENV),
          reads=(_SWITCH, _MODULES), since=_FGA_SINCE, upstream=(up.F4_ATTN_PROJ,)),
     Rule("FGA006", "fine-grained-needs-transformer-engine", ERROR, check_transformer_engine,
          bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                     "  transformer_impl: local\n"),
+                     "  transformer_impl: local\n" + _ENV),
          good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                      "  transformer_impl: transformer_engine\n"),
+                      "  transformer_impl: transformer_engine\n" + _ENV),
          reads=(_SWITCH, "model.transformer_impl"), since=_FGA_SINCE,
          upstream=(up.A3_TE_IMPL, up.BRIDGE_FG_TE_IMPL)),
     Rule("FGA005", "fine-grained-knobs-without-switch", WARNING, check_knobs_without_switch,
          bad=Example("model:\n  offload_modules: [core_attn]\n"),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"),
+         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
          reads=(_SWITCH, _MODULES, "model.cpu_offloading", "model.min_offloaded_tensor_size",
                 "model.activation_offload_fraction", "model.delta_offload_bytes_across_pp_ranks",
                 "model.fine_grained_offloading_max_inflight_offloads", "model.delay_offload_until_cuda_graph"),

@@ -284,9 +284,9 @@ RULES: tuple[Rule, ...] = (
          good=Example("model:\n  cpu_offloading: false\n")),
     Rule("CFG003", "field-not-in-version", ERROR, check_version,
          bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                     "  activation_offload_fraction: 0.5\n", version="0.16.1"),
+                     "  activation_offload_fraction: 0.5\nenv_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n", version="0.16.1"),
          good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                      "  activation_offload_fraction: 0.5\n", version="0.19.2")),
+                      "  activation_offload_fraction: 0.5\nenv_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n", version="0.19.2")),
     Rule("CFG004", "rejected-by-argument-parser", ERROR, check_rejected,
          bad=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --optimizer-offload-fraction half",
                      "megatron-lm"),

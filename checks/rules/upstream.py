@@ -8,10 +8,13 @@ Megatron-LM repository; the commit comes from the version profile, so
 
 from __future__ import annotations
 
-from checks.anchors import STAGE_CLI, STAGE_CONFIG, STAGE_OPTIMIZER, STAGE_SETUP, UpstreamCheck
+from checks.anchors import STAGE_CLI, STAGE_CONFIG, STAGE_MODEL, STAGE_OPTIMIZER, STAGE_SETUP, UpstreamCheck
 
 TC = "megatron/core/transformer/transformer_config.py"
 OI = "megatron/core/optimizer/__init__.py"
+OC = "megatron/core/optimizer/optimizer_config.py"
+TB = "megatron/core/transformer/transformer_block.py"
+FSO = "megatron/core/optimizer/fully_sharded_optimizer.py"
 ARGS = "megatron/training/arguments.py"
 NEMO_RL_SETUP = "NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/megatron/setup.py"
 BRIDGE_CONFIG = "NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/config.py"
@@ -40,6 +43,13 @@ C6_GRAPH_IMPL = UpstreamCheck(
     "megatron-core", "AssertionError", "Invalid cuda graph implementation: {impl}", STAGE_CONFIG,
     _lines(TC, v0153=1391, v0161=1717, v0171=1959, v0182=2221, v0192=2445, main=2778))
 
+C7_PAGED_STASH = UpstreamCheck(
+    "megatron-core", "ValueError", "moe_paged_stash cannot be enabled with cpu_offloading.", STAGE_CONFIG,
+    _lines(TC, v0182=1685, v0192=1906, main=2212))
+TB_NO_TE = UpstreamCheck(
+    "megatron-core", "AssertionError", "CPU Offloading is enabled when TE is not present", STAGE_MODEL,
+    _lines(TB, v0140=302, v0153=317, v0161=318, v0171=315, v0182=313, v0192=314, main=320))
+
 # --- fine-grained activation offloading (TransformerConfig.__post_init__, >= 0.16) ---
 F1_EXCLUSIVE = UpstreamCheck(
     "megatron-core", "AssertionError", "fine_grained_activation_offloading cannot be enabled with cpu_offloading.",
@@ -55,6 +65,112 @@ F4_ATTN_PROJ = UpstreamCheck(
     "attn_proj cannot be set to offload_modules alone without core_attn because the input of attn_proj is the "
     "output of core_attn, which is needed in core_attn.backward().",
     STAGE_CONFIG, _lines(TC, v0161=1288, v0171=1468, v0182=1678, v0192=1869, main=2149))
+
+F5_GDP_QKV = UpstreamCheck(
+    "megatron-core", "ValueError",
+    "gdp_qkv cannot be set in offload_modules together with gdp_in_proj in recompute_modules, because gdp_in_proj "
+    "discards the input of the causal conv and rematerializes it at the start of the mixer backward, leaving "
+    "nothing for the gdp_qkv offload group to keep on the host.",
+    STAGE_CONFIG, _lines(TC, main=2159))
+F6_MOE_RECOMPUTE = UpstreamCheck(
+    "megatron-core", "AssertionError",
+    "Cannot offload {modules} while recomputing the entire MoE layer. 'moe' in recompute_modules wraps the full "
+    "MoE forward in a checkpoint, so offloading activations inside it is redundant and will cause errors. Either "
+    "remove 'moe' from --recompute-modules or remove {modules} from --offload-modules.",
+    STAGE_CONFIG, _lines(TC, v0192=1878, main=2169))
+F7_MIN_SIZE = UpstreamCheck(
+    "megatron-core", "AssertionError", "min_offloaded_tensor_size must be non-negative.", STAGE_CONFIG,
+    _lines(TC, v0192=1885, main=2176))
+F8_FRACTION = UpstreamCheck(
+    "megatron-core", "AssertionError", "activation_offload_fraction must be in range [0, 1].", STAGE_CONFIG,
+    _lines(TC, v0192=1888, main=2179))
+F9_DELTA = UpstreamCheck(
+    "megatron-core", "AssertionError", "delta_offload_bytes_across_pp_ranks must be non-negative.", STAGE_CONFIG,
+    _lines(TC, v0192=1891, main=2182))
+F10_OP_FUSER = UpstreamCheck(
+    "megatron-core", "ValueError", "fused_group_mlp requires use_transformer_engine_op_fuser.", STAGE_CONFIG,
+    _lines(TC, v0192=1897, main=2188))
+F11_FUSED_EXCLUSIVE = UpstreamCheck(
+    "megatron-core", "ValueError",
+    "fused_group_mlp offloads the whole fused grouped MLP and cannot be combined with expert_fc1 or moe_act. "
+    "Remove: {modules}",
+    STAGE_CONFIG, _lines(TC, v0192=1900, main=2191))
+F12_PAGED_STASH_018 = UpstreamCheck(
+    "megatron-core", "ValueError",
+    "When moe_paged_stash is enabled, offload_modules must not include expert_fc1 or moe_act (paged stash covers "
+    "those activations). Remove: {modules}",
+    STAGE_CONFIG, _lines(TC, v0182=1693))
+F12_PAGED_STASH = UpstreamCheck(
+    "megatron-core", "ValueError",
+    "When moe_paged_stash is enabled, offload_modules must not include expert_fc1, moe_act, or fused_group_mlp "
+    "(paged stash covers those activations). Remove: {modules}",
+    STAGE_CONFIG, _lines(TC, v0192=1916, main=2222))
+F13_MHC = UpstreamCheck(
+    "megatron-core", "NotImplementedError",
+    "'mhc' in recompute_modules + fine_grained_activation_offloading is not yet supported. The mHC recompute hook "
+    "currently fires before the offloading backward chunk is initialized, causing tensor_pop on a None chunk. "
+    "Disable one of them.",
+    STAGE_CONFIG, _lines(TC, main=2046))
+G1_LOCAL_MODULES = UpstreamCheck(
+    "megatron-core", "AssertionError",
+    "fine-grained activation offloading with cuda_graph_impl='local' only supports offload_modules 'expert_fc1', "
+    "'moe_act', and 'fused_group_mlp'. Unsupported offload_modules: {modules}.",
+    STAGE_CONFIG, _lines(TC, v0192=2601, main=2934))
+G2_LOCAL_WHOLE_LAYER = UpstreamCheck(
+    "megatron-core", "AssertionError",
+    "fine-grained activation offloading with cuda_graph_impl='local' is not supported with whole-layer CUDA "
+    "graph capture.",
+    STAGE_CONFIG, _lines(TC, v0192=2607, main=2940))
+G3_IMPL_018 = UpstreamCheck(
+    "megatron-core", "AssertionError",
+    "fine-grained activation offloading is only supported with transformer_engine CUDA graph implementation or "
+    "local CUDA graph implementation with full_iteration scope.",
+    STAGE_CONFIG, _lines(TC, v0182=2352))
+G3_IMPL = UpstreamCheck(
+    "megatron-core", "AssertionError",
+    "fine-grained activation offloading is only supported with transformer_engine CUDA graph implementation or "
+    "local CUDA graph implementation with partial MoE offload. Local partial CUDA graphs are supported only for "
+    "expert_fc1, moe_act, or fused_group_mlp offload when the full MoE module is not captured.",
+    STAGE_CONFIG, _lines(TC, v0192=2617, main=2950))
+G4_TOKEN_DROP = UpstreamCheck(
+    "megatron-core", "AssertionError", "Token-drop MoE is temporarily not supported with activation offloading.",
+    STAGE_CONFIG, _lines(TC, v0182=2357, v0192=2627, main=2960))
+G5_WARMUP = UpstreamCheck(
+    "megatron-core", "AssertionError",
+    "cuda_graph_warmup_steps must be greater than 0 when enabling fine-grained activation offloading.",
+    STAGE_CONFIG, _lines(TC, v0182=2360, v0192=2630, main=2963))
+G6_INFLIGHT = UpstreamCheck(
+    "megatron-core", "AssertionError",
+    "fine_grained_offloading_max_inflight_offloads must be a non-negative integer when using fine-grained "
+    "activation offloading with full-iteration CUDA graphs",
+    STAGE_CONFIG, _lines(TC, v0182=2365, v0192=2635, main=2968))
+G7_NCCLEP = UpstreamCheck(
+    "megatron-core", "AssertionError",
+    "overlap_moe_expert_parallel_comm with ncclep does not support offloading 'expert_fc1': it forces expert FC1 "
+    "to save the raw bf16 input, which the overlap path eagerly frees.",
+    STAGE_CONFIG, _lines(TC, v0192=2729, main=3054))
+
+# --- precision-aware optimizer (OptimizerConfig.__post_init__; the DistOpt check moved to the factory on main) ---
+O1_PAO_ADAM = UpstreamCheck(
+    "megatron-core", "AssertionError", "--use-precision-aware-optimizer only supported with adam", STAGE_CONFIG,
+    _lines(OC, v0140=220, v0153=219, v0161=376, v0171=395, v0182=425, v0192=431, main=434))
+O2_PAO_DISTOPT = UpstreamCheck(
+    "megatron-core", "AssertionError", "--use-precision-aware-optimizer only supported with distributed optimizer",
+    STAGE_CONFIG, _lines(OC, v0140=223, v0153=222, v0161=379, v0171=398, v0182=428, v0192=434))
+I4_PAO_DISTOPT = UpstreamCheck(
+    "megatron-core", "ValueError", "--use-precision-aware-optimizer only supported with distributed optimizer",
+    STAGE_OPTIMIZER, _lines(OI, main=1058))
+_O5_LINES = {"v0140": 258, "v0153": 257, "v0161": 415, "v0171": 434, "v0182": 464, "v0192": 470, "main": 469}
+# main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype: four asserts, three lines apart.
+O5_O8_DTYPES: dict[str, UpstreamCheck] = {
+    name: UpstreamCheck("megatron-core", "AssertionError",
+                        f"{name} can only be fp32 when not using precision-aware optimizer", STAGE_CONFIG,
+                        _lines(OC, **{k: v + 3 * i for k, v in _O5_LINES.items()}))
+    for i, name in enumerate(("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"))
+}
+I6_MFSDP_V2 = UpstreamCheck(
+    "megatron-core", "ValueError", "MFSDP v2 does not currently support optimizer CPU offload.", STAGE_OPTIMIZER,
+    _lines(FSO, main=80))
 
 # --- optimizer offload ---
 I2_DECOUPLED_WD = UpstreamCheck(
@@ -84,6 +200,49 @@ BRIDGE_FG_TE_IMPL = UpstreamCheck(
     "Current transformer_impl: {impl}",
     STAGE_SETUP, fixed=f"{BRIDGE_CONFIG}:2204")
 
+A4_NVTE_V1 = UpstreamCheck(
+    "megatron-lm", "AssertionError",
+    "For fine-grained activation offloading with TE >= 2.10.0, NVTE_CPU_OFFLOAD_V1 should be set to 1 to avoid "
+    "offloading weights.",
+    STAGE_CLI, _lines(ARGS, v0161=1226, v0171=1551, v0182=1726, v0192=1858, main=1939))
+BRIDGE_NVTE_V1 = UpstreamCheck(
+    "megatron-bridge", "ValueError",
+    "For fine-grained activation offloading with TE >= 2.10.0, NVTE_CPU_OFFLOAD_V1 environment variable should be "
+    "set to 1 to avoid offloading weights.",
+    STAGE_SETUP, fixed=f"{BRIDGE_CONFIG}:2212")
+BRIDGE_MFSDP_V2 = UpstreamCheck(
+    "megatron-bridge", "ValueError", "MFSDP V2 does not support optimizer CPU offload.", STAGE_SETUP,
+    fixed=f"{BRIDGE_CONFIG}:1178")
+BRIDGE_LOCAL_GRAPH = UpstreamCheck(
+    "megatron-bridge", "ValueError",
+    'Megatron Bridge supports model.cuda_graph_impl="local" only for full-iteration CUDA graphs{modules}. Use '
+    'model.cuda_graph_impl="transformer_engine" for scoped CUDA graph capture such as "attn" or "mlp".',
+    STAGE_SETUP, fixed="NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/utils/cuda_graph.py:148")
+
+# --- Transformer Engine (get_cpu_offload_context), and megatron-core's calls into it ---
+_TE = "NVIDIA/TransformerEngine"
+TE_NOTHING_TO_OFFLOAD = UpstreamCheck(
+    "transformer-engine", "ValueError",
+    "CPU Offloading is enabled while it is not mentioned what to offload (weights/activations)", STAGE_MODEL,
+    fixed=f"{_TE}@70f53666:transformer_engine/pytorch/cpu_offload.py:700")  # v2.9; before the `enabled` test
+TE_NOTHING_TO_OFFLOAD_V2 = UpstreamCheck(
+    "transformer-engine", "ValueError",
+    "CPU Offloading is enabled while it is not mentioned what to offload (weights/activations)", STAGE_MODEL,
+    fixed=f"{_TE}@769ed778:transformer_engine/pytorch/cpu_offload.py:761")  # v2.10; only when enabled
+TEX_SAVE_ORIGINAL_INPUT = UpstreamCheck(
+    "megatron-core", "ValueError",
+    "set_save_original_input is only needed on transformer-engine modules that save quantized tensors by default. "
+    "It needs transformer-engine>=2.6.0dev0.",
+    STAGE_MODEL, _lines("megatron/core/extensions/transformer_engine.py", v0161=2515, v0171=2792, v0182=3367,
+                        v0192=3585, main=3696))
+TL_GRAPH_TE = UpstreamCheck(
+    "megatron-core", "AssertionError", "Offloading modules captured in cuda graph requires TE>=2.14.0.", STAGE_MODEL,
+    _lines("megatron/core/transformer/transformer_layer.py", v0192=1495, main=1612))
+FGAO_NO_TE = UpstreamCheck(
+    "megatron-core", "RuntimeError", "TE CPU offload is not available", STAGE_MODEL,
+    _lines("megatron/core/pipeline_parallel/fine_grained_activation_offload.py", v0161=688, v0171=688, v0182=700,
+           v0192=789, main=845))
+
 # --- NeMo-RL's own checks (nemo_rl/models/megatron/setup.py at 7ea279ab) ---
 NRL_FRACTION = UpstreamCheck(
     "nemo-rl", "ValueError", "optimizer_cpu_offload=True requires 0 < optimizer_offload_fraction <= 1", STAGE_SETUP,
@@ -95,3 +254,25 @@ NRL_MODULES_EMPTY = UpstreamCheck(
     "nemo-rl", "ValueError",
     "offload_modules must be a non-empty list when fine_grained_activation_offloading is True.",
     STAGE_SETUP, fixed=f"{NEMO_RL_SETUP}:1193")
+NRL_DISTOPT = UpstreamCheck(
+    "nemo-rl", "ValueError", "optimizer_cpu_offload=True requires use_distributed_optimizer=True", STAGE_SETUP,
+    fixed=f"{NEMO_RL_SETUP}:1223")
+NRL_ADAM_SGD = UpstreamCheck(
+    "nemo-rl", "ValueError", "optimizer_cpu_offload=True requires optimizer to be adam or sgd", STAGE_SETUP,
+    fixed=f"{NEMO_RL_SETUP}:1227")
+NRL_MOE_ONLY = UpstreamCheck(
+    "nemo-rl", "ValueError",
+    "A MoE-only offload module requires a MoE model (num_moe_experts must not be None): {modules}.",
+    STAGE_SETUP, fixed=f"{NEMO_RL_SETUP}:1203")
+NRL_OVERRIDE_CONFLICT = UpstreamCheck(
+    "nemo-rl", "ValueError",
+    "model_overrides is only for Megatron Bridge model fields without a first-class NeMo-RL setting; {conflicts}. "
+    "Set the first-class field directly instead.",
+    STAGE_SETUP, fixed=f"{NEMO_RL_SETUP}:772")
+# NeMo-RL 0.4.0-0.7.0 (before NVIDIA-NeMo/RL PR #3628, 2026-08-18): the fraction had to be exactly 1.0.
+NRL_LEGACY_FRACTION = UpstreamCheck(
+    "nemo-rl", "AssertionError", "Currently for optimizer offloading, only optimizer_offload_fraction=1.0 is supported",
+    STAGE_SETUP, {"0.4.0": "nemo_rl/models/policy/megatron_policy_worker.py:637",
+                  "0.5.0": "nemo_rl/models/policy/workers/megatron_policy_worker.py:722",
+                  "0.6.0": "nemo_rl/models/megatron/setup.py:528",
+                  "0.7.0": "nemo_rl/models/megatron/setup.py:890"})
