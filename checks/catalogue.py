@@ -11,11 +11,11 @@ import os
 import tempfile
 from typing import Any
 
+from checks.config import Environment
 from checks.engine import Finding, run
 from checks.loaders import Request, load
 from checks.rules import ALL_RULES
 from checks.rules.base import Example, Rule
-from checks.config import Environment
 from checks.versions import DEFAULT_NEMO_RL_VERSION, DEFAULT_VERSION, VERSIONS, parse_te_version
 
 
