@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from checks.rules import fine_grained, keys, layer_offload, optimizer, transformer_engine
 from checks.rules.base import Rule
-from checks.rules.fine_grained import RULES as _FINE_GRAINED
-from checks.rules.keys import RULES as _KEYS
-from checks.rules.layer_offload import RULES as _LAYER
-from checks.rules.optimizer import RULES as _OPTIMIZER
-from checks.rules.transformer_engine import RULES as _TRANSFORMER_ENGINE
 
-ALL_RULES: tuple[Rule, ...] = tuple(sorted(_LAYER + _FINE_GRAINED + _OPTIMIZER + _KEYS + _TRANSFORMER_ENGINE, key=lambda r: r.id))
+_FAMILIES: tuple[tuple[Rule, ...], ...] = (
+    layer_offload.RULES,  # ACT: cpu_offloading*
+    fine_grained.RULES,  # FGA: fine_grained_activation_offloading + offload_modules
+    optimizer.RULES,  # OPT: optimizer_cpu_offload, HybridDeviceOptimizer
+    transformer_engine.RULES,  # TEX: traps that depend on the Transformer Engine version
+    keys.RULES,  # CFG: typos, types, versions, values the front end drops
+)
+ALL_RULES: tuple[Rule, ...] = tuple(sorted((rule for family in _FAMILIES for rule in family), key=lambda r: r.id))
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
 
 
