@@ -190,7 +190,7 @@ def check_nvte_v1(ctx: Context) -> Iterator[Hit]:
 
 
 def check_module_support(ctx: Context) -> Iterator[Hit]:
-    """Offloaded modules that need a newer Transformer Engine: `expert_fc1` (2.6), `fused_group_mlp` (2.14), graph capture (2.14).
+    """Offloaded modules that need a newer Transformer Engine (`expert_fc1` 2.6, `fused_group_mlp` 2.14).
 
     What it checks:
         With a known TE version: `expert_fc1` in `offload_modules` with TE < 2.6;
