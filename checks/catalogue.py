@@ -16,7 +16,13 @@ from checks.engine import Finding, run
 from checks.loaders import Request, load
 from checks.rules import ALL_RULES
 from checks.rules.base import Example, Rule
-from checks.versions import DEFAULT_NEMO_RL_VERSION, DEFAULT_VERSION, VERSIONS, parse_te_version
+from checks.versions import (
+    DEFAULT_NEMO_RL_VERSION,
+    DEFAULT_VERSION,
+    VERSIONS,
+    parse_te_version,
+    resolve_nemo_rl_version,
+)
 
 
 def example_version(rule: Rule, example: Example) -> str:
@@ -29,7 +35,8 @@ def example_version(rule: Rule, example: Example) -> str:
 
 def example_environment(example: Example) -> Environment:
     return Environment(te_version=parse_te_version(example.te) if example.te else None,
-                       nemo_rl_version=example.nemo_rl or DEFAULT_NEMO_RL_VERSION, mcore_source="option")
+                       nemo_rl_version=resolve_nemo_rl_version(example.nemo_rl) if example.nemo_rl
+                       else DEFAULT_NEMO_RL_VERSION, mcore_source="option")
 
 
 def run_example(rule: Rule, example: Example) -> list[Finding]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from checks.config import Environment
 from checks.engine import Finding, run
 from checks.errors import InputError
 from checks.loaders import Request, load
@@ -40,7 +41,7 @@ class Entry:
 
     def request(self) -> Request:
         return Request(tuple(_display_path(EXAMPLES / f) for f in self.files), self.overrides, self.argv, "auto",
-                       self.version)
+                       self.version, Environment(mcore_source="option"))
 
     def command(self) -> str:
         words = ["python", "-m", "checks", "check", *(f"examples/configs/{f}" for f in self.files)]

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from checks.rules import fine_grained, keys, layer_offload, optimizer, transformer_engine
+from checks.rules import (
+    fine_grained,
+    fine_grained_graphs,
+    keys,
+    layer_offload,
+    optimizer,
+    precision,
+    transformer_engine,
+)
 from checks.rules.base import Rule
 
 _FAMILIES: tuple[tuple[Rule, ...], ...] = (
     layer_offload.RULES,  # ACT: cpu_offloading*
     fine_grained.RULES,  # FGA: fine_grained_activation_offloading + offload_modules
+    fine_grained_graphs.RULES,  # FGA: the same under CUDA graphs
     optimizer.RULES,  # OPT: optimizer_cpu_offload, HybridDeviceOptimizer
+    precision.RULES,  # OPT: the precision-aware optimizer and parameter dtypes
     transformer_engine.RULES,  # TEX: traps that depend on the Transformer Engine version
     keys.RULES,  # CFG: typos, types, versions, values the front end drops
 )

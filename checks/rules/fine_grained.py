@@ -212,6 +212,336 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
                       "is false", f"Remove {name}, or turn fine_grained_activation_offloading on")
 
 
+_MOE_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
+
+
+def _modules(ctx: Context) -> set[str]:
+    return set(ctx.get(_MODULES) or [])
+
+
+def _recompute_modules(ctx: Context) -> list[str]:
+    """`recompute_modules` as megatron-core sees it (None means ["core_attn"]; `moe_layer_recompute` adds "moe")."""
+    modules = list(ctx.get("model.recompute_modules") or ["core_attn"])
+    if ctx.exists("model.moe_layer_recompute") and ctx.get("model.moe_layer_recompute") and "moe" not in modules:
+        modules.append("moe")
+    return modules
+
+
+def _selective(ctx: Context) -> bool:
+    if ctx.exists("model.moe_layer_recompute") and ctx.get("model.moe_layer_recompute"):
+        return True  # megatron-core turns moe_layer_recompute into selective recompute of "moe"
+    return ctx.get("model.recompute_granularity") == "selective"
+
+
+def check_gdp_qkv(ctx: Context) -> Iterator[Hit]:
+    """`gdp_qkv` offload cannot be combined with `gdp_in_proj` recompute.
+
+    What it checks:
+        `offload_modules` has `gdp_qkv` while selective recompute lists `gdp_in_proj`
+        (megatron-core main).
+
+    Why it matters:
+        Recomputing `gdp_in_proj` discards the causal-conv input the `gdp_qkv` group
+        would keep on the host; `TransformerConfig.__post_init__` raises `ValueError`.
+
+    Source:
+        megatron-core main `TransformerConfig.__post_init__`.
+    """
+    if ctx.get(_SWITCH) and "gdp_qkv" in _modules(ctx) and _selective(ctx) and "gdp_in_proj" in _recompute_modules(ctx):
+        yield Hit(_MODULES, "offload_modules has gdp_qkv while recompute_modules has gdp_in_proj",
+                  "Remove gdp_qkv from offload_modules, or gdp_in_proj from recompute_modules",
+                  upstream=ctx.upstream(up.F5_GDP_QKV))
+
+
+def check_moe_recompute(ctx: Context) -> Iterator[Hit]:
+    """MoE-internal offload cannot sit inside a recomputed MoE layer.
+
+    What it checks:
+        Selective recompute of `moe` (in `recompute_modules`, or `moe_layer_recompute`)
+        with `expert_fc1`, `moe_act` or `fused_group_mlp` in `offload_modules`.
+
+    Why it matters:
+        Recomputing the whole MoE layer wraps its forward in a checkpoint, so the offload
+        groups inside it run again during backward: redundant, and it breaks the offload
+        bookkeeping. megatron-core asserts against it from 0.19; 0.16-0.18 accept it.
+
+    Source:
+        megatron-core >= 0.19 `TransformerConfig.__post_init__` (beyond upstream before).
+    """
+    inside = sorted(_modules(ctx) & _MOE_MODULES)
+    if not (ctx.get(_SWITCH) and inside and _selective(ctx) and "moe" in _recompute_modules(ctx)):
+        return
+    modules = "{" + ", ".join(repr(m) for m in inside) + "}"
+    upstream = ctx.upstream(up.F6_MOE_RECOMPUTE, modules=modules)
+    yield Hit(_MODULES, f"offloading {inside} inside a recomputed MoE layer ('moe' in recompute_modules)"
+              + ("" if upstream else f"; megatron-core {ctx.version} accepts it, 0.19 refuses it"),
+              "Remove 'moe' from recompute_modules, or remove the MoE modules from offload_modules",
+              patch={_MODULES: sorted(_modules(ctx) - _MOE_MODULES)} if _modules(ctx) - _MOE_MODULES else None,
+              upstream=upstream)
+
+
+def check_knob_ranges(ctx: Context) -> Iterator[Hit]:
+    """Fine-grained offloading knobs must be in range: sizes and byte deltas >= 0, the fraction in [0, 1].
+
+    What it checks:
+        With fine-grained offloading on: `min_offloaded_tensor_size < 0`,
+        `activation_offload_fraction` outside [0, 1], or
+        `delta_offload_bytes_across_pp_ranks < 0` (the last two exist from 0.19).
+
+    Why it matters:
+        megatron-core >= 0.19 asserts each. In 0.16-0.18 a negative
+        `min_offloaded_tensor_size` is accepted and means "offload every tensor",
+        including tiny ones whose copies cost more than they save.
+
+    Source:
+        megatron-core >= 0.19 `TransformerConfig.__post_init__` (beyond upstream before).
+    """
+    if not ctx.get(_SWITCH):
+        return
+    size = ctx.get("model.min_offloaded_tensor_size")
+    if size is not None and size < 0:
+        upstream = ctx.upstream(up.F7_MIN_SIZE)
+        yield Hit("model.min_offloaded_tensor_size", f"min_offloaded_tensor_size={size} is negative"
+                  + ("" if upstream else f" (megatron-core {ctx.version} accepts it: every tensor is offloaded)"),
+                  "Set min_offloaded_tensor_size to 0 or more (it counts elements, default 1048576)",
+                  patch={"model.min_offloaded_tensor_size": 1048576}, upstream=upstream,
+                  severity=None if upstream else WARNING)
+    fraction = ctx.get("model.activation_offload_fraction")
+    if ctx.exists("model.activation_offload_fraction") and fraction is not None and not 0 <= fraction <= 1:
+        yield Hit("model.activation_offload_fraction", f"activation_offload_fraction={fraction} is outside [0, 1]",
+                  "Set activation_offload_fraction between 0 and 1", patch={"model.activation_offload_fraction": 1.0},
+                  upstream=ctx.upstream(up.F8_FRACTION))
+    delta = ctx.get("model.delta_offload_bytes_across_pp_ranks")
+    if ctx.exists("model.delta_offload_bytes_across_pp_ranks") and delta is not None and delta < 0:
+        yield Hit("model.delta_offload_bytes_across_pp_ranks", f"delta_offload_bytes_across_pp_ranks={delta} is "
+                  "negative", "Set delta_offload_bytes_across_pp_ranks to 0 or more",
+                  patch={"model.delta_offload_bytes_across_pp_ranks": 0}, upstream=ctx.upstream(up.F9_DELTA))
+
+
+def check_fused_group_mlp(ctx: Context) -> Iterator[Hit]:
+    """`fused_group_mlp` needs the Transformer Engine op fuser and replaces `expert_fc1`/`moe_act`.
+
+    What it checks:
+        `offload_modules` has `fused_group_mlp` (megatron-core >= 0.19) without
+        `use_transformer_engine_op_fuser`, or together with `expert_fc1`/`moe_act`.
+
+    Why it matters:
+        `TransformerConfig.__post_init__` raises `ValueError` for either: the module is
+        the whole fused grouped MLP, which only exists with the op fuser.
+
+    Source:
+        megatron-core >= 0.19 `TransformerConfig.__post_init__`.
+    """
+    modules = _modules(ctx)
+    if not (ctx.get(_SWITCH) and "fused_group_mlp" in modules):
+        return
+    if not ctx.get("model.use_transformer_engine_op_fuser"):
+        yield Hit("model.use_transformer_engine_op_fuser", "offload_modules has fused_group_mlp but "
+                  "use_transformer_engine_op_fuser is false", "Set use_transformer_engine_op_fuser=true",
+                  patch={"model.use_transformer_engine_op_fuser": True}, upstream=ctx.upstream(up.F10_OP_FUSER),
+                  at=(_MODULES,))
+    partial = sorted(modules & {"expert_fc1", "moe_act"})
+    if partial:
+        yield Hit(_MODULES, f"offload_modules has fused_group_mlp together with {partial}",
+                  "Keep fused_group_mlp alone for the MoE MLP", patch={_MODULES: sorted(modules - set(partial))},
+                  upstream=ctx.upstream(up.F11_FUSED_EXCLUSIVE,
+                                        modules="{" + ", ".join(repr(m) for m in partial) + "}"))
+
+
+def check_paged_stash_modules(ctx: Context) -> Iterator[Hit]:
+    """MoE paged stashing already covers the MoE activations that offloading would move.
+
+    What it checks:
+        `moe_paged_stash` is true and `offload_modules` lists `expert_fc1`, `moe_act` or
+        `fused_group_mlp`; megatron-core reads `offload_modules` here even when
+        fine-grained offloading is off.
+
+    Why it matters:
+        `TransformerConfig.__post_init__` raises `ValueError` (>= 0.18).
+
+    Source:
+        megatron-core >= 0.18 `TransformerConfig.__post_init__`.
+    """
+    covered = {"expert_fc1", "moe_act"} | ({"fused_group_mlp"} if ctx.at_least("0.19") else set())
+    conflict = sorted(_modules(ctx) & covered)
+    if ctx.get("model.moe_paged_stash") and conflict:
+        check = up.F12_PAGED_STASH if ctx.at_least("0.19") else up.F12_PAGED_STASH_018
+        yield Hit(_MODULES, f"moe_paged_stash=true and offload_modules has {conflict}",
+                  "Remove those modules from offload_modules (paged stash covers them)",
+                  patch={_MODULES: sorted(_modules(ctx) - set(conflict))},
+                  upstream=ctx.upstream(check, modules="{" + ", ".join(repr(m) for m in conflict) + "}"))
+
+
+def check_mhc_recompute(ctx: Context) -> Iterator[Hit]:
+    """mHC recompute and fine-grained offloading are not supported together (megatron-core main).
+
+    What it checks:
+        Selective recompute with `mhc` in `recompute_modules` and fine-grained
+        offloading on.
+
+    Why it matters:
+        The mHC recompute hook fires before the offloading backward chunk exists;
+        `TransformerConfig.__post_init__` raises `NotImplementedError`.
+
+    Source:
+        megatron-core main `TransformerConfig.__post_init__`.
+    """
+    if ctx.get(_SWITCH) and _selective(ctx) and "mhc" in _recompute_modules(ctx):
+        yield Hit("model.recompute_modules", "'mhc' in recompute_modules with fine-grained offloading",
+                  "Remove 'mhc' from recompute_modules, or turn fine-grained offloading off",
+                  upstream=ctx.upstream(up.F13_MHC), at=(_SWITCH,))
+
+
+def check_moe_modules_on_dense(ctx: Context) -> Iterator[Hit]:
+    """MoE modules offload nothing in a dense model (NeMo-RL refuses them).
+
+    What it checks:
+        `expert_fc1`, `moe_act` or `fused_group_mlp` in `offload_modules` when the config
+        says the model is dense (`num_moe_experts` null or 0), or the experts do not use
+        the grouped-GEMM path (`moe_grouped_gemm: false`) where the offload hooks live.
+
+    Why it matters:
+        Only Transformer Engine's grouped MLP calls the offload interface; elsewhere the
+        modules are silently skipped. NeMo-RL checks the dense case and raises
+        `ValueError`.
+
+    Source:
+        NeMo-RL `_apply_performance_config`; megatron-core `TEGroupedMLP` (the only
+        caller of `expert_fc1`/`moe_act` offload).
+    """
+    moe = sorted(_modules(ctx) & _MOE_MODULES)
+    if not (ctx.get(_SWITCH) and moe):
+        return
+    if ctx.is_set("model.num_moe_experts") and not ctx.get("model.num_moe_experts"):
+        upstream = ctx.upstream(up.NRL_MOE_ONLY, modules=str(moe)) if ctx.flavor == "nemo-rl" else None
+        yield Hit(_MODULES, f"offload_modules has {moe} but the model is dense (num_moe_experts is "
+                  f"{ctx.get('model.num_moe_experts')!r}): they offload nothing",
+                  "Use dense modules such as core_attn and attn_proj", upstream=upstream,
+                  severity=ERROR if upstream else None)
+    elif ctx.is_set("model.moe_grouped_gemm") and ctx.get("model.moe_grouped_gemm") is False:
+        yield Hit(_MODULES, f"offload_modules has {moe} but moe_grouped_gemm=false: only the grouped-GEMM expert "
+                  "MLP offloads them", "Set moe_grouped_gemm=true, or offload other modules",
+                  patch={"model.moe_grouped_gemm": True})
+
+
+def check_fused_norms(ctx: Context) -> Iterator[Hit]:
+    """`attn_norm`/`mlp_norm` offload nothing when Transformer Engine fuses the norm into the next linear.
+
+    What it checks:
+        `attn_norm` in `offload_modules` with `transformer_impl: transformer_engine`, or
+        `mlp_norm` there in a dense model.
+
+    Why it matters:
+        TE layer specs fold the layer norm into the following linear layer, leaving an
+        identity where the norm module was, so there is nothing to offload (MoE layers
+        keep a separate pre-MLP norm). The offload plan looks larger than it is.
+
+    Source:
+        Beyond upstream: megatron-core `TransformerLayer` skips norm offload for
+        `IdentityOp` norms.
+    """
+    modules = _modules(ctx)
+    if not ctx.get(_SWITCH) or ctx.get("model.transformer_impl") != "transformer_engine":
+        return
+    dense = ctx.is_set("model.num_moe_experts") and not ctx.get("model.num_moe_experts")
+    idle = [m for m in ("attn_norm", "mlp_norm") if m in modules and (m == "attn_norm" or dense)]
+    if idle:
+        yield Hit(_MODULES, f"offload_modules has {idle}, which Transformer Engine fuses into the following linear "
+                  "layer: nothing is offloaded for them", "Offload core_attn/attn_proj, or qkv_linear instead",
+                  patch={_MODULES: sorted(modules - set(idle))} if modules - set(idle) else None)
+
+
+def check_full_recompute(ctx: Context) -> Iterator[Hit]:
+    """Fine-grained offloading inside full recompute is an untested combination.
+
+    What it checks:
+        Fine-grained offloading with `recompute_granularity: full`.
+
+    Why it matters:
+        Full recompute keeps only each layer's input and recomputes the rest during
+        backward, so the offload groups run inside the recompute; megatron-core refuses
+        the analogous MoE and mHC combinations but does not check this one. The layer
+        inputs are tiny, so there is little left to offload anyway.
+
+    Source:
+        Beyond upstream.
+    """
+    if ctx.get(_SWITCH) and ctx.get("model.recompute_granularity") == "full":
+        yield Hit("model.recompute_granularity", "fine-grained offloading with full recompute: the offload groups "
+                  "run inside the recomputed forward (untested upstream, and little is left to offload)",
+                  "Use selective recompute (recompute_granularity=selective) with fine-grained offloading",
+                  at=(_SWITCH,))
+
+
+def check_inert_graph_knobs(ctx: Context) -> Iterator[Hit]:
+    """Fine-grained knobs that act only in some setups: delayed offload, PP deltas, in-flight caps.
+
+    What it checks:
+        `delay_offload_until_cuda_graph` without `cuda_graph_impl: transformer_engine`;
+        `delta_offload_bytes_across_pp_ranks` > 0 without pipeline parallelism; a negative
+        `fine_grained_offloading_max_inflight_offloads` (outside full-iteration graphs,
+        where it is an error).
+
+    Why it matters:
+        The delayed offload only acts on TE graph replay of `expert_fc1`/`moe_act`; the
+        PP delta keeps `pp_rank * delta` bytes on rank r, which is nothing with one stage;
+        a negative cap behaves like 0 (wait after every offload). None is checked.
+
+    Source:
+        Beyond upstream: megatron-core `fine_grained_activation_offload.py`.
+    """
+    if not ctx.get(_SWITCH):
+        return
+    from checks.rules.cuda_graphs import graph_impl
+
+    if ctx.exists("model.delay_offload_until_cuda_graph") and ctx.get("model.delay_offload_until_cuda_graph") \
+            and graph_impl(ctx) != "transformer_engine":
+        yield Hit("model.delay_offload_until_cuda_graph", "delay_offload_until_cuda_graph=true has no effect without "
+                  f"cuda_graph_impl=transformer_engine (it is {graph_impl(ctx)})", "Remove it, or use TE CUDA graphs")
+    delta = ctx.get("model.delta_offload_bytes_across_pp_ranks")
+    if ctx.exists("model.delta_offload_bytes_across_pp_ranks") and delta and delta > 0 \
+            and (ctx.get("model.pipeline_model_parallel_size") or 1) == 1:
+        yield Hit("model.delta_offload_bytes_across_pp_ranks", f"delta_offload_bytes_across_pp_ranks={delta} has no "
+                  "effect without pipeline parallelism", "Remove it")
+    cap = ctx.get("model.fine_grained_offloading_max_inflight_offloads")
+    if ctx.exists("model.fine_grained_offloading_max_inflight_offloads") and cap is not None and cap < 0 \
+            and graph_impl(ctx) != "full_iteration":
+        yield Hit("model.fine_grained_offloading_max_inflight_offloads", f"fine_grained_offloading_max_inflight_"
+                  f"offloads={cap} behaves like 0: the main stream waits after every offload",
+                  "Use null (no cap) or a positive number",
+                  patch={"model.fine_grained_offloading_max_inflight_offloads": None})
+
+
+def check_first_call_plan(ctx: Context) -> Iterator[Hit]:
+    """The fine-grained offload plan is fixed by the first forward/backward call; it must be a training step.
+
+    What it checks:
+        Fine-grained offloading with a run that evaluates without training first
+        (`skip_train`), or whose number of micro-batches changes (`rampup_batch_size`).
+
+    Why it matters:
+        megatron-core records the offload groups during the first `forward_backward_func`
+        call and reuses that plan by index afterwards. A forward-only pass saves no
+        tensors, so a plan made from it offloads little or nothing; a micro-batch count
+        that grows leaves the extra micro-batches unplanned. (NeMo-RL suspends offloading
+        in its forward-only passes for this reason.)
+
+    Source:
+        Beyond upstream: megatron-core `fine_grained_activation_offload.py` (warm-up and
+        `post_warmup_callback`).
+    """
+    if not ctx.get(_SWITCH):
+        return
+    if ctx.get("run.skip_train"):
+        yield Hit("run.skip_train", "skip_train with fine-grained offloading: the offload plan is built from "
+                  "forward-only passes, which save no tensors", "Turn fine-grained offloading off for evaluation-only "
+                  "runs", at=(_SWITCH,))
+    if ctx.get("run.rampup_batch_size"):
+        yield Hit("run.rampup_batch_size", "batch-size ramp-up with fine-grained offloading: the plan made in the "
+                  "first step does not cover the micro-batches added later", "Disable the ramp-up, or accept that "
+                  "later micro-batches are not offloaded", at=(_SWITCH,))
+
+
 def _forced_off(ctx: Context) -> bool:
     # NeMo-RL replaces offload_modules with [] when the switch is false; the loader reports that itself.
     setting = ctx.setting(_MODULES)
@@ -219,6 +549,7 @@ def _forced_off(ctx: Context) -> bool:
 
 
 _FGA_SINCE = "0.16"
+_FG_ON = "model:\n  fine_grained_activation_offloading: true\n  offload_modules: {}\n"
 _ENV = "env_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n"  # TE >= 2.10 needs it (TEX005)
 RULES: tuple[Rule, ...] = (
     Rule("FGA001", "fine-grained-with-cpu-offloading", ERROR, check_exclusive,
@@ -246,6 +577,71 @@ RULES: tuple[Rule, ...] = (
                       "  transformer_impl: transformer_engine\n" + _ENV),
          reads=(_SWITCH, "model.transformer_impl"), since=_FGA_SINCE,
          upstream=(up.A3_TE_IMPL, up.BRIDGE_FG_TE_IMPL)),
+    Rule("FGA007", "gdp-qkv-with-gdp-in-proj-recompute", ERROR, check_gdp_qkv,
+         bad=Example(_FG_ON.format("[gdp_qkv]") + "  recompute_granularity: selective\n"
+                     "  recompute_modules: [gdp_in_proj]\n" + _ENV, version="main"),
+         good=Example(_FG_ON.format("[gdp_qkv]") + "  recompute_granularity: selective\n"
+                      "  recompute_modules: [core_attn]\n" + _ENV, version="main"),
+         reads=(_SWITCH, _MODULES, "model.recompute_granularity", "model.recompute_modules"), since="main",
+         upstream=(up.F5_GDP_QKV,)),
+    Rule("FGA008", "moe-offload-inside-moe-recompute", ERROR, check_moe_recompute,
+         bad=Example(_FG_ON.format("[moe_act]") + "  num_moe_experts: 8\n  recompute_granularity: selective\n"
+                     "  recompute_modules: [moe]\n" + _ENV),
+         good=Example(_FG_ON.format("[moe_act]") + "  num_moe_experts: 8\n  recompute_granularity: selective\n"
+                      "  recompute_modules: [core_attn]\n" + _ENV),
+         reads=(_SWITCH, _MODULES, "model.recompute_granularity", "model.recompute_modules",
+                "model.moe_layer_recompute"), since=_FGA_SINCE, upstream=(up.F6_MOE_RECOMPUTE,)),
+    Rule("FGA009", "fine-grained-knob-range", ERROR, check_knob_ranges,
+         bad=Example(_FG_ON.format("[core_attn]") + "  min_offloaded_tensor_size: -1\n" + _ENV),
+         good=Example(_FG_ON.format("[core_attn]") + "  min_offloaded_tensor_size: 0\n" + _ENV),
+         reads=(_SWITCH, "model.min_offloaded_tensor_size", "model.activation_offload_fraction",
+                "model.delta_offload_bytes_across_pp_ranks"), since=_FGA_SINCE,
+         upstream=(up.F7_MIN_SIZE, up.F8_FRACTION, up.F9_DELTA)),
+    Rule("FGA010", "fused-group-mlp-constraints", ERROR, check_fused_group_mlp,
+         bad=Example(_FG_ON.format("[fused_group_mlp]") + "  num_moe_experts: 8\n" + _ENV),
+         good=Example(_FG_ON.format("[fused_group_mlp]") + "  num_moe_experts: 8\n"
+                      "  use_transformer_engine_op_fuser: true\n" + _ENV),
+         reads=(_SWITCH, _MODULES, "model.use_transformer_engine_op_fuser"), since="0.19",
+         upstream=(up.F10_OP_FUSER, up.F11_FUSED_EXCLUSIVE)),
+    Rule("FGA011", "moe-paged-stash-covers-moe-offload", ERROR, check_paged_stash_modules,
+         bad=Example(_FG_ON.format("[moe_act]") + "  num_moe_experts: 8\n  moe_paged_stash: true\n" + _ENV),
+         good=Example(_FG_ON.format("[core_attn]") + "  num_moe_experts: 8\n  moe_paged_stash: true\n" + _ENV),
+         reads=(_MODULES, "model.moe_paged_stash"), since="0.18",
+         upstream=(up.F12_PAGED_STASH_018, up.F12_PAGED_STASH)),
+    Rule("FGA012", "mhc-recompute-with-fine-grained", ERROR, check_mhc_recompute,
+         bad=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: selective\n"
+                     "  recompute_modules: [mhc]\n" + _ENV, version="main"),
+         good=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: selective\n"
+                      "  recompute_modules: [core_attn]\n" + _ENV, version="main"),
+         reads=(_SWITCH, "model.recompute_granularity", "model.recompute_modules", "model.moe_layer_recompute"),
+         since="main", upstream=(up.F13_MHC,)),
+    Rule("FGA013", "moe-offload-on-dense-model", WARNING, check_moe_modules_on_dense,
+         bad=Example(_FG_ON.format("[expert_fc1]") + "  num_moe_experts: null\n" + _ENV),
+         good=Example(_FG_ON.format("[expert_fc1]") + "  num_moe_experts: 8\n" + _ENV),
+         reads=(_SWITCH, _MODULES, "model.num_moe_experts", "model.moe_grouped_gemm"), since=_FGA_SINCE,
+         upstream=(up.NRL_MOE_ONLY,)),
+    Rule("FGA014", "norm-offload-fused-away", WARNING, check_fused_norms,
+         bad=Example(_FG_ON.format("[attn_norm, core_attn]") + _ENV),
+         good=Example(_FG_ON.format("[core_attn]") + _ENV),
+         reads=(_SWITCH, _MODULES, "model.transformer_impl", "model.num_moe_experts"), since=_FGA_SINCE),
+    Rule("FGA015", "fine-grained-with-full-recompute", WARNING, check_full_recompute,
+         bad=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: full\n  recompute_method: uniform\n"
+                     "  recompute_num_layers: 1\n" + _ENV),
+         good=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: selective\n" + _ENV),
+         reads=(_SWITCH, "model.recompute_granularity"), since=_FGA_SINCE),
+    Rule("FGA016", "fine-grained-knob-inert", WARNING, check_inert_graph_knobs,
+         bad=Example(_FG_ON.format("[core_attn]") + "  delta_offload_bytes_across_pp_ranks: 1000000\n" + _ENV),
+         good=Example(_FG_ON.format("[core_attn]") + "  delta_offload_bytes_across_pp_ranks: 1000000\n"
+                      "  pipeline_model_parallel_size: 2\n  pipeline_dtype: bf16\n" + _ENV),
+         reads=(_SWITCH, "model.delay_offload_until_cuda_graph", "model.delta_offload_bytes_across_pp_ranks",
+                "model.fine_grained_offloading_max_inflight_offloads", "model.pipeline_model_parallel_size",
+                "model.cuda_graph_impl", "model.cuda_graph_scope", "model.cuda_graph_modules"), since="0.18"),
+    Rule("FGA017", "fine-grained-plan-from-first-call", WARNING, check_first_call_plan,
+         bad=Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn --skip-train",
+                     "megatron-lm", te="2.9"),
+         good=Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn",
+                      "megatron-lm", te="2.9"),
+         reads=(_SWITCH, "run.skip_train", "run.rampup_batch_size"), since=_FGA_SINCE),
     Rule("FGA005", "fine-grained-knobs-without-switch", WARNING, check_knobs_without_switch,
          bad=Example("model:\n  offload_modules: [core_attn]\n"),
          good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),

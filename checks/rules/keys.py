@@ -288,15 +288,16 @@ RULES: tuple[Rule, ...] = (
          good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
                       "  activation_offload_fraction: 0.5\nenv_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n", version="0.19.2")),
     Rule("CFG004", "rejected-by-argument-parser", ERROR, check_rejected,
-         bad=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --optimizer-offload-fraction half",
-                     "megatron-lm"),
-         good=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --optimizer-offload-fraction 0.5",
-                      "megatron-lm"),
+         bad=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
+                     "--optimizer-offload-fraction half", "megatron-lm"),
+         good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
+                      "--optimizer-offload-fraction 0.5", "megatron-lm"),
          flavors=frozenset({"megatron-lm"})),
     Rule("CFG005", "offload-setting-ignored", WARNING, check_ignored,
          bad=Example("policy:\n  megatron_cfg:\n    enabled: false\n    optimizer:\n"
                      "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n", "nemo-rl"),
          good=Example("policy:\n  megatron_cfg:\n    enabled: true\n    optimizer:\n"
                       "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n"
-                      "      use_distributed_optimizer: true\n", "nemo-rl")),
+                      "      use_distributed_optimizer: true\n      use_precision_aware_optimizer: true\n",
+                      "nemo-rl")),
 )

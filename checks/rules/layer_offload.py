@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from checks.context import Context
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule
+from checks.rules.cuda_graphs import graph_impl
 
 _SWITCH = "model.cpu_offloading"
 _LAYERS = "model.cpu_offloading_num_layers"
@@ -15,20 +16,6 @@ _KNOBS: tuple[tuple[str, object], ...] = (
     ("model.cpu_offloading_double_buffering", True),
     ("model.cpu_offloading_retain_pinned_cpu_buffers", True),
 )
-
-
-def graph_impl(ctx: Context) -> str:
-    """The CUDA-graph implementation megatron-core ends up with, after its deprecation rewrites."""
-    if ctx.get("model.enable_cuda_graph"):
-        return "local"
-    if ctx.get("model.external_cuda_graph"):
-        return "transformer_engine"
-    impl = ctx.get("model.cuda_graph_impl") or "none"
-    scope = ctx.get("model.cuda_graph_scope")
-    scopes = scope if isinstance(scope, list) else [scope]
-    if ctx.at_least("0.18") and impl == "local" and "full_iteration" in scopes:
-        return "full_iteration"  # 0.18 migrated the full_iteration scope to an implementation
-    return str(impl)
 
 
 def blockers(ctx: Context, layers: int) -> list[str]:
@@ -171,11 +158,14 @@ def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
     if not ctx.get(_SWITCH):
         return
     if ctx.version == "0.14.0":
-        if ctx.get("model.enable_cuda_graph"):
-            yield Hit("model.enable_cuda_graph", "cpu_offloading=true with enable_cuda_graph=true",
-                      "Turn CUDA graphs off (enable_cuda_graph=false) or turn cpu_offloading off",
-                      patch={"model.enable_cuda_graph": False}, upstream=ctx.upstream(up.C4_CUDA_GRAPHS),
-                      at=(_SWITCH,))
+        for path in ("model.enable_cuda_graph", "model.external_cuda_graph"):
+            if ctx.get(path):
+                # 0.14 checks only enable_cuda_graph; external graphs capture the offload copies just the same.
+                upstream = ctx.upstream(up.C4_CUDA_GRAPHS) if path == "model.enable_cuda_graph" else None
+                yield Hit(path, f"cpu_offloading=true with {path.split('.')[1]}=true: CUDA graphs cannot capture "
+                          "the offload copies" + ("" if upstream else " (megatron-core 0.14 does not check this one)"),
+                          "Turn CUDA graphs off, or turn cpu_offloading off", patch={path: False},
+                          upstream=upstream, at=(_SWITCH,))
         return
     impl = graph_impl(ctx)
     if impl == "none" or (impl == "full_iteration" and ctx.at_least("0.18")):
@@ -194,6 +184,104 @@ def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
               f"Turn CUDA graphs off (cuda_graph_impl=none){hint}, or turn cpu_offloading off",
               patch={p: (False if p != "model.cuda_graph_impl" else "none") for p in (path,)},
               upstream=ctx.upstream(up.C4_CUDA_GRAPHS), at=(_SWITCH,))
+
+
+def check_paged_stash(ctx: Context) -> Iterator[Hit]:
+    """MoE paged stashing and layer-level offloading exclude each other.
+
+    What it checks:
+        `moe_paged_stash` and `cpu_offloading` are both true (megatron-core >= 0.18).
+
+    Why it matters:
+        Both move MoE activations off the device by their own bookkeeping;
+        `TransformerConfig.__post_init__` raises `ValueError`.
+
+    Source:
+        megatron-core >= 0.18 `TransformerConfig.__post_init__`.
+    """
+    if ctx.get(_SWITCH) and ctx.get("model.moe_paged_stash"):
+        yield Hit("model.moe_paged_stash", "moe_paged_stash=true and cpu_offloading=true",
+                  "Keep one of them: set cpu_offloading=false, or moe_paged_stash=false",
+                  patch={_SWITCH: False}, upstream=ctx.upstream(up.C7_PAGED_STASH), at=(_SWITCH,))
+
+
+def check_last_layer(ctx: Context) -> Iterator[Hit]:
+    """Offloading every layer but the last leaves nothing to overlap the reloads with.
+
+    What it checks:
+        `cpu_offloading_num_layers` equals `num_layers - 1` (the largest value
+        megatron-core accepts).
+
+    Why it matters:
+        Transformer Engine reloads a layer's activations while the layer after it runs
+        backward; with only the last layer kept, the reloads stall the backward pass.
+        TE >= 2.10 warns: "Offloading num_layers == model_layers - 1 is not recommended,
+        it prevents overlapping of computation and offload/reload."
+
+    Source:
+        Beyond megatron-core; NVIDIA/TransformerEngine v2.10 `cpu_offload.py`
+        (`get_cpu_offload_context` warning).
+    """
+    total = ctx.get("model.num_layers") if ctx.known("model.num_layers") else None
+    if ctx.get(_SWITCH) and total and total > 2 and ctx.get(_LAYERS) == total - 1:
+        yield Hit(_LAYERS, f"cpu_offloading_num_layers={total - 1} offloads every layer but the last "
+                  f"(num_layers={total}): the reloads cannot overlap compute", f"Offload at most {total - 2} layers",
+                  patch={_LAYERS: total - 2}, at=(_SWITCH,))
+
+
+def check_not_applied(ctx: Context) -> Iterator[Hit]:
+    """Layer-level offloading is silently unused by hybrid (Mamba) models and the EP-overlap schedule.
+
+    What it checks:
+        `cpu_offloading` is true and the model is a hybrid/Mamba stack (a Bridge provider
+        named like `Mamba`, `NemotronH` or `Hybrid`), or `overlap_moe_expert_parallel_comm`
+        is true.
+
+    Why it matters:
+        The offload context wraps `TransformerBlock` layers only; `HybridStack` and the
+        EP all-to-all overlap schedule-plan path never enter it, so nothing is offloaded
+        and memory stays where it was.
+
+    Source:
+        Beyond upstream: megatron-core `TransformerBlock.forward` is the only caller of
+        the offload context (no reference in `HybridStack` or the schedule plans).
+    """
+    if not ctx.get(_SWITCH):
+        return
+    model = ctx.cfg.model_class or ""
+    if any(word in model for word in ("Mamba", "NemotronH", "Hybrid")):
+        yield Hit(_SWITCH, f"cpu_offloading=true has no effect on a hybrid model ({model.rsplit('.', 1)[-1]}): "
+                  "HybridStack never enters Transformer Engine's offload context",
+                  "Use fine-grained activation offloading (megatron-core >= 0.18 arms it for hybrid models), "
+                  "or recomputation")
+    if ctx.exists("model.overlap_moe_expert_parallel_comm") and ctx.get("model.overlap_moe_expert_parallel_comm"):
+        yield Hit("model.overlap_moe_expert_parallel_comm", "cpu_offloading=true has no effect with "
+                  "overlap_moe_expert_parallel_comm=true: the overlapped schedule bypasses the offload context",
+                  "Turn one of them off", at=(_SWITCH,))
+
+
+def check_full_iteration_buffers(ctx: Context) -> Iterator[Hit]:
+    """Layer-level offloading under a full-iteration CUDA graph should retain its pinned buffers.
+
+    What it checks:
+        `cpu_offloading` with `cuda_graph_impl` `full_iteration` (allowed from 0.18)
+        and `cpu_offloading_retain_pinned_cpu_buffers` false.
+
+    Why it matters:
+        A captured graph replays fixed host addresses; Transformer Engine documents
+        retained pinned buffers as what makes offloading capturable (TE >= 2.10), and
+        megatron-core does not check it.
+
+    Source:
+        Beyond upstream: megatron-core's help text for
+        `--cpu-offloading-retain-pinned-cpu-buffers` ("useful for cuda graphs capture").
+    """
+    retain = "model.cpu_offloading_retain_pinned_cpu_buffers"
+    if ctx.get(_SWITCH) and graph_impl(ctx) == "full_iteration" and not ctx.get(retain):
+        yield Hit(retain, "cpu_offloading under a full_iteration CUDA graph without "
+                  "cpu_offloading_retain_pinned_cpu_buffers: the captured copies need stable pinned buffers",
+                  "Set cpu_offloading_retain_pinned_cpu_buffers=true (Transformer Engine >= 2.10)",
+                  patch={retain: True}, at=(_SWITCH, "model.cuda_graph_impl"))
 
 
 def check_zero_layers(ctx: Context) -> Iterator[Hit]:
@@ -273,10 +361,33 @@ RULES: tuple[Rule, ...] = (
          bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
                      "  cuda_graph_impl: transformer_engine\n", version="0.16.1"),
          good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                      "  cuda_graph_impl: full_iteration\n", version="0.19.2"),
+                      "  cuda_graph_impl: full_iteration\n  cpu_offloading_retain_pinned_cpu_buffers: true\n",
+                      version="0.19.2"),
          reads=(_SWITCH, "model.cuda_graph_impl", "model.enable_cuda_graph", "model.external_cuda_graph",
                 "model.cuda_graph_scope"),
          upstream=(up.C4_CUDA_GRAPHS, up.C6_GRAPH_IMPL)),
+    Rule("ACT007", "cpu-offloading-with-moe-paged-stash", ERROR, check_paged_stash,
+         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                     "  moe_paged_stash: true\n"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                      "  moe_paged_stash: false\n"),
+         reads=(_SWITCH, "model.moe_paged_stash"), since="0.18", upstream=(up.C7_PAGED_STASH,)),
+    Rule("ACT008", "cpu-offloading-last-layer", WARNING, check_last_layer,
+         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 23\n"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 22\n"),
+         reads=(_SWITCH, _LAYERS, "model.num_layers")),
+    Rule("ACT009", "cpu-offloading-not-applied", WARNING, check_not_applied,
+         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                     "  overlap_moe_expert_parallel_comm: true\n"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"),
+         reads=(_SWITCH, "model.overlap_moe_expert_parallel_comm")),
+    Rule("ACT010", "cpu-offloading-full-iteration-graph-buffers", WARNING, check_full_iteration_buffers,
+         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                     "  cuda_graph_impl: full_iteration\n"),
+         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
+                      "  cuda_graph_impl: full_iteration\n  cpu_offloading_retain_pinned_cpu_buffers: true\n"),
+         reads=(_SWITCH, "model.cuda_graph_impl", "model.cpu_offloading_retain_pinned_cpu_buffers",
+                "model.cuda_graph_scope"), since="0.18"),
     Rule("ACT005", "cpu-offloading-zero-layers", WARNING, check_zero_layers,
          bad=Example("model:\n  cpu_offloading: true\n"),
          good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n"),

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from checks.anchors import Upstream
 from checks.context import Context
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
 
 _SWITCH = "optimizer.optimizer_cpu_offload"
 _FRACTION = "optimizer.optimizer_offload_fraction"
+_DISTOPT = "optimizer.use_distributed_optimizer"
+
+
+def _legacy_nemo_rl(ctx: Context) -> bool:
+    """NeMo-RL releases up to 0.7.0 (before NVIDIA-NeMo/RL PR #3628) require the fraction to be exactly 1.0."""
+    return ctx.flavor == "nemo-rl" and ctx.env.nemo_rl_version != "main"
+
+
+def _nemo_rl_fraction_check(ctx: Context) -> Upstream | None:
+    if ctx.flavor != "nemo-rl":
+        return None
+    return ctx.upstream(up.NRL_LEGACY_FRACTION if _legacy_nemo_rl(ctx) else up.NRL_FRACTION)
 
 
 def check_fraction_zero(ctx: Context) -> Iterator[Hit]:
@@ -32,7 +45,7 @@ def check_fraction_zero(ctx: Context) -> Iterator[Hit]:
     """
     if ctx.get(_SWITCH) and ctx.get(_FRACTION) == 0:
         where = "left at its default 0.0" if not ctx.is_set(_FRACTION) else "set to 0"
-        upstream = ctx.upstream(up.NRL_FRACTION) if ctx.flavor == "nemo-rl" else None
+        upstream = _nemo_rl_fraction_check(ctx)
         yield Hit(_FRACTION, f"optimizer_cpu_offload=true but optimizer_offload_fraction is {where}: nothing is "
                   "offloaded, and HybridDeviceOptimizer adds fp32 GPU copies of every parameter",
                   "Set optimizer_offload_fraction to the share of optimizer state to offload (0 < f <= 1; "
@@ -57,7 +70,7 @@ def check_fraction_range(ctx: Context) -> Iterator[Hit]:
     fraction = ctx.get(_FRACTION)
     if not ctx.get(_SWITCH) or 0 <= fraction <= 1:
         return
-    upstream = ctx.upstream(up.NRL_FRACTION) if ctx.flavor == "nemo-rl" else None
+    upstream = _nemo_rl_fraction_check(ctx)
     effect = "behaves like 1.0 (everything offloaded)" if fraction > 1 else "behaves like 0 (nothing offloaded)"
     yield Hit(_FRACTION, f"optimizer_offload_fraction={fraction} is outside [0, 1]; megatron-core accepts it and "
               f"it {effect}", "Set optimizer_offload_fraction between 0 and 1",
@@ -94,7 +107,7 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
         if not (ctx.is_set(path) and active(ctx.get(path))):
             continue
         name = path.split(".", 1)[1]
-        if ctx.flavor == "nemo-rl" and name == "overlap_cpu_optimizer_d2h_h2d":
+        if ctx.flavor == "nemo-rl" and name == "overlap_cpu_optimizer_d2h_h2d" and not _legacy_nemo_rl(ctx):
             yield Hit(path, "overlap_cpu_optimizer_d2h_h2d=true without optimizer_cpu_offload: NeMo-RL refuses it",
                       "Set optimizer_cpu_offload=true, or overlap_cpu_optimizer_d2h_h2d=false",
                       patch={path: False}, upstream=ctx.upstream(up.NRL_OVERLAP), severity=ERROR)
@@ -170,38 +183,301 @@ def check_fp8_param_gather_cli(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.A2_FP8_DELAYED), at=("model.fp8_param", _SWITCH))
 
 
+def check_distributed_optimizer(ctx: Context) -> Iterator[Hit]:
+    """NeMo-RL requires the distributed optimizer for optimizer offloading.
+
+    What it checks:
+        A NeMo-RL config (main, after PR #3628) with `optimizer_cpu_offload` and
+        `use_distributed_optimizer: false`.
+
+    Why it matters:
+        NeMo-RL refuses it at set-up. (megatron-core itself does not require the
+        distributed optimizer for offloading, despite what some guides say; the
+        Megatron-LM command line requires it only through the precision-aware optimizer.)
+
+    Source:
+        NeMo-RL `_validate_optimizer_config`.
+    """
+    if ctx.get(_SWITCH) and not ctx.get(_DISTOPT) and not _legacy_nemo_rl(ctx):
+        yield Hit(_DISTOPT, "optimizer_cpu_offload=true without use_distributed_optimizer: NeMo-RL refuses it",
+                  "Set use_distributed_optimizer=true", patch={_DISTOPT: True}, upstream=ctx.upstream(up.NRL_DISTOPT),
+                  at=(_SWITCH,))
+
+
+def check_without_precision_aware(ctx: Context) -> Iterator[Hit]:
+    """Without the precision-aware optimizer, optimizer offloading moves only the Adam moments.
+
+    What it checks:
+        A Bridge or NeMo-RL config with `optimizer_cpu_offload` and the distributed
+        optimizer but `use_precision_aware_optimizer` false. (The Megatron-LM command line
+        refuses this; see OPT005.)
+
+    Why it matters:
+        Without it, the distributed optimizer keeps its own fp32 main-parameter shard on
+        the GPU and hands them to `HybridDeviceOptimizer`, so an
+        offloaded element saves 8 bytes (the two moments) instead of 12, and copies fp32
+        masters both ways every step.
+
+    Source:
+        Beyond upstream: megatron-core `_get_megatron_optimizer_based_on_param_groups`
+        and `DistributedOptimizer`; Megatron-LM's `validate_args` requires the flag.
+    """
+    if ctx.get(_SWITCH) and ctx.get(_DISTOPT) and not ctx.get("optimizer.use_precision_aware_optimizer"):
+        yield Hit("optimizer.use_precision_aware_optimizer", "optimizer_cpu_offload without "
+                  "use_precision_aware_optimizer: fp32 main parameters stay on the GPU, only the moments move",
+                  "Set use_precision_aware_optimizer=true (with the distributed optimizer)",
+                  patch={"optimizer.use_precision_aware_optimizer": True}, at=(_SWITCH,))
+
+
+def check_adam_or_sgd(ctx: Context) -> Iterator[Hit]:
+    """Optimizer offloading supports Adam and SGD only; other optimizers silently become SGD.
+
+    What it checks:
+        `optimizer_cpu_offload` with an `optimizer` other than `adam` or `sgd` (`lion`,
+        `muon`, `soap`, ...).
+
+    Why it matters:
+        megatron-core's offload branch builds Adam for `adam` and SGD for everything
+        else, so a Lion run trains with SGD (momentum `sgd_momentum`) without a word;
+        from 0.18 emerging optimizers skip offload for their own groups. NeMo-RL refuses
+        it at set-up.
+
+    Source:
+        Beyond megatron-core (`_get_megatron_optimizer_based_on_param_groups`); NeMo-RL
+        `_validate_optimizer_config`.
+    """
+    name = ctx.get("optimizer.optimizer")
+    if ctx.get(_SWITCH) and name not in ("adam", "sgd"):
+        upstream = ctx.upstream(up.NRL_ADAM_SGD) if ctx.flavor == "nemo-rl" and not _legacy_nemo_rl(ctx) else None
+        yield Hit("optimizer.optimizer", f"optimizer_cpu_offload with optimizer={name!r}: the offloaded optimizer "
+                  "is SGD for anything but adam", "Use optimizer=adam (or sgd), or turn optimizer offloading off",
+                  patch={"optimizer.optimizer": "adam"}, upstream=upstream, at=(_SWITCH,))
+
+
+def check_dead_knobs(ctx: Context) -> Iterator[Hit]:
+    """`use_torch_optimizer_for_cpu_offload` never does anything; `pin_cpu_params` does nothing before main.
+
+    What it checks:
+        With optimizer offloading on: `use_torch_optimizer_for_cpu_offload` true (any
+        version), or `pin_cpu_params` false in megatron-core <= 0.19.
+
+    Why it matters:
+        The optimizer factory assigns the GPU optimizer class from this flag and then
+        overwrites it in both following branches. The fp32 host masters of 16-bit
+        parameters are never pinned before main (PR #4547), so the H2D copy-back runs from
+        pageable memory whatever `pin_cpu_params` says.
+
+    Source:
+        Beyond upstream: megatron-core `_get_megatron_optimizer_based_on_param_groups`
+        and `HybridDeviceOptimizer._get_sub_optimizer_param_groups`.
+    """
+    if not ctx.get(_SWITCH):
+        return
+    if ctx.get("optimizer.use_torch_optimizer_for_cpu_offload"):
+        yield Hit("optimizer.use_torch_optimizer_for_cpu_offload", "use_torch_optimizer_for_cpu_offload=true has no "
+                  "effect: the optimizer factory overwrites the class it selects", "Remove it")
+    if ctx.get("optimizer.pin_cpu_params") is False and ctx.version != "main":
+        yield Hit("optimizer.pin_cpu_params", f"pin_cpu_params=false has no effect in megatron-core {ctx.version}: "
+                  "fp32 host masters of 16-bit parameters are never pinned before main (and fp32 parameters "
+                  "always are)", "Remove it")
+
+
+def check_optimizer_cuda_graph(ctx: Context) -> Iterator[Hit]:
+    """The optimizer step cannot be captured in a CUDA graph while it runs partly on the host.
+
+    What it checks:
+        `optimizer_cuda_graph` and `optimizer_cpu_offload` both true (>= 0.17).
+
+    Why it matters:
+        The hybrid optimizer's step waits on host events and runs a CPU optimizer, which
+        graph capture cannot record. Nothing upstream checks the combination.
+
+    Source:
+        Beyond upstream: megatron-core `HybridDeviceOptimizer.step`.
+    """
+    if ctx.get(_SWITCH) and ctx.get("optimizer.optimizer_cuda_graph"):
+        yield Hit("optimizer.optimizer_cuda_graph", "optimizer_cuda_graph with optimizer_cpu_offload: the host part "
+                  "of the step cannot be captured", "Set optimizer_cuda_graph=false",
+                  patch={"optimizer.optimizer_cuda_graph": False}, at=(_SWITCH,))
+
+
+def check_overlap_race(ctx: Context) -> Iterator[Hit]:
+    """megatron-core 0.14 and 0.15 race on the copy-back with `overlap_cpu_optimizer_d2h_h2d`.
+
+    What it checks:
+        `overlap_cpu_optimizer_d2h_h2d` with optimizer offloading in megatron-core 0.14.x
+        or 0.15.x.
+
+    Why it matters:
+        The H2D copy-back waited on the D2H stream's event instead of its own, so
+        computation could read parameters before the copy finished: silently wrong
+        weights. Fixed by NVIDIA/Megatron-LM PR #3140 (0.16).
+
+    Source:
+        Beyond upstream: `HybridDeviceOptimizer` in 0.14/0.15; fix commit ae6707622e.
+    """
+    if ctx.get(_SWITCH) and ctx.get("optimizer.overlap_cpu_optimizer_d2h_h2d"):
+        yield Hit("optimizer.overlap_cpu_optimizer_d2h_h2d", f"overlap_cpu_optimizer_d2h_h2d in megatron-core "
+                  f"{ctx.version}: the copy-back can race the next forward (fixed in 0.16)",
+                  "Set overlap_cpu_optimizer_d2h_h2d=false, or upgrade megatron-core to 0.16 or later",
+                  patch={"optimizer.overlap_cpu_optimizer_d2h_h2d": False}, at=(_SWITCH,))
+
+
+def _megatron_fsdp(ctx: Context) -> tuple[bool, int]:
+    on = bool(ctx.get("run.use_megatron_fsdp") or (ctx.exists("ddp.use_megatron_fsdp")
+                                                    and ctx.get("ddp.use_megatron_fsdp")))
+    version = ctx.get("run.megatron_fsdp_version")
+    return on, int(version) if isinstance(version, int) else 1
+
+
+def check_megatron_fsdp(ctx: Context) -> Iterator[Hit]:
+    """Optimizer offloading with Megatron-FSDP: refused for v2, untested for v1.
+
+    What it checks:
+        `optimizer_cpu_offload` with Megatron-FSDP (`use_megatron_fsdp`), and
+        `megatron_fsdp_version` 2 or 1.
+
+    Why it matters:
+        Megatron-FSDP v2 refuses optimizer offload (megatron-core main and Megatron
+        Bridge raise `ValueError`). With v1 the distributed optimizer returns early and
+        the hybrid optimizer runs on FSDP-managed parameters, a path no upstream test
+        covers.
+
+    Source:
+        megatron-core main `fully_sharded_optimizer.py`; Megatron-Bridge@067f987d
+        `_validate_and_apply_megatron_fsdp_v2_configs`.
+    """
+    on, version = _megatron_fsdp(ctx)
+    if not (ctx.get(_SWITCH) and on):
+        return
+    if version == 2:
+        check = up.BRIDGE_MFSDP_V2 if ctx.flavor in ("bridge", "nemo-rl") else up.I6_MFSDP_V2
+        yield Hit(_SWITCH, "optimizer_cpu_offload with Megatron-FSDP v2", "Turn optimizer offloading off, or use "
+                  "Megatron-FSDP v1", patch={_SWITCH: False}, upstream=ctx.upstream(check))
+    else:
+        yield Hit(_SWITCH, "optimizer_cpu_offload with Megatron-FSDP v1: the hybrid optimizer runs on FSDP-managed "
+                  "parameters, a combination no upstream test covers", "Validate it on a short run first",
+                  severity=WARNING)
+
+
+def check_rl_offload_during_inference(ctx: Context) -> Iterator[Hit]:
+    """Megatron-LM's RL inference offload moves the hybrid optimizer's host state back to the GPU.
+
+    What it checks:
+        `--rl-offload-optimizer-during-inference` with `--optimizer-cpu-offload`.
+
+    Why it matters:
+        Restoring the optimizer after inference moves every CPU tensor in the optimizer
+        state to the GPU, including the hybrid optimizer's host moments: a device
+        mismatch, or the offload undone. (NeMo-RL skips its own optimizer moves when
+        `optimizer_cpu_offload` is on.)
+
+    Source:
+        Beyond upstream: megatron-core `MegatronOptimizer.restore_from_cpu`; NVIDIA-NeMo/RL
+        PR #1242.
+    """
+    if ctx.get(_SWITCH) and ctx.get("run.rl_offload_optimizer_during_inference"):
+        yield Hit("run.rl_offload_optimizer_during_inference", "--rl-offload-optimizer-during-inference with "
+                  "--optimizer-cpu-offload: the restore moves the offloaded state to the GPU",
+                  "Use one of the two", at=(_SWITCH,))
+
+
+def check_nemo_rl_legacy_fraction(ctx: Context) -> Iterator[Hit]:
+    """NeMo-RL up to 0.7.0 accepts optimizer offloading only with `optimizer_offload_fraction: 1.0`.
+
+    What it checks:
+        A NeMo-RL config checked with `--nemo-rl-version` 0.4 to 0.7, with
+        `optimizer_cpu_offload` and a fraction strictly between 0 and 1.
+
+    Why it matters:
+        Those releases assert the fraction is exactly 1.0, because a partly offloaded
+        optimizer conflicted with NeMo-RL's own optimizer moves between generation and
+        training. Fractional offload arrived with NVIDIA-NeMo/RL PR #3628 (2026-08-18).
+
+    Source:
+        NeMo-RL 0.4.0-0.7.0 `_validate_optimizer_config` (and the worker before 0.6).
+    """
+    fraction = ctx.get(_FRACTION)
+    if _legacy_nemo_rl(ctx) and ctx.get(_SWITCH) and 0 < fraction < 1:
+        yield Hit(_FRACTION, f"optimizer_offload_fraction={fraction}: NeMo-RL {ctx.env.nemo_rl_version} accepts only "
+                  "1.0", "Set optimizer_offload_fraction=1.0, or use a NeMo-RL build from after 2026-08-18",
+                  patch={_FRACTION: 1.0}, upstream=ctx.upstream(up.NRL_LEGACY_FRACTION), at=(_SWITCH,))
+
+
+_PAO_YAML = "  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"
+_ON = "optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n"
+_ON_PAO = _ON + _PAO_YAML
+_MLM = "--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer"
+_NRL = ("policy:\n  megatron_cfg:\n    enabled: true\n    optimizer:\n      optimizer: adam\n"
+        "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n"
+        "      use_precision_aware_optimizer: true\n      {}\n")
 RULES: tuple[Rule, ...] = (
     Rule("OPT001", "optimizer-offload-fraction-zero", ERROR, check_fraction_zero,
-         bad=Example("optimizer:\n  optimizer_cpu_offload: true\n"),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 0.5\n"),
-         reads=(_SWITCH, _FRACTION), upstream=(up.NRL_FRACTION,)),
+         bad=Example("optimizer:\n  optimizer_cpu_offload: true\n" + _PAO_YAML),
+         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 0.5\n" + _PAO_YAML),
+         reads=(_SWITCH, _FRACTION), upstream=(up.NRL_FRACTION, up.NRL_LEGACY_FRACTION)),
     Rule("OPT002", "optimizer-offload-fraction-range", ERROR, check_fraction_range,
-         bad=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.5\n"),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n"),
-         reads=(_SWITCH, _FRACTION), upstream=(up.NRL_FRACTION,)),
+         bad=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.5\n" + _PAO_YAML),
+         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n" + _PAO_YAML),
+         reads=(_SWITCH, _FRACTION), upstream=(up.NRL_FRACTION, up.NRL_LEGACY_FRACTION)),
     Rule("OPT003", "optimizer-offload-knobs-without-switch", WARNING, check_knobs_without_switch,
          bad=Example("optimizer:\n  optimizer_offload_fraction: 1.0\n"),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n"),
+         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n" + _PAO_YAML),
          reads=(_SWITCH, _FRACTION, "optimizer.overlap_cpu_optimizer_d2h_h2d",
                 "optimizer.use_torch_optimizer_for_cpu_offload", "optimizer.pin_cpu_grads",
                 "optimizer.pin_cpu_params"),
          upstream=(up.NRL_OVERLAP,)),
     Rule("OPT004", "optimizer-offload-decoupled-weight-decay", ERROR, check_decoupled_weight_decay,
          bad=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n"
-                     "  decoupled_weight_decay: false\n"),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n"),
+                     "  decoupled_weight_decay: false\n" + _PAO_YAML),
+         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n" + _PAO_YAML),
          reads=(_SWITCH, "optimizer.decoupled_weight_decay"), since="0.15", upstream=(up.I2_DECOUPLED_WD,)),
     Rule("OPT005", "optimizer-offload-needs-precision-aware-optimizer", ERROR, check_precision_aware_cli,
-         bad=Example("--optimizer-cpu-offload --use-distributed-optimizer", "megatron-lm"),
-         good=Example("--optimizer-cpu-offload --use-distributed-optimizer --use-precision-aware-optimizer",
+         bad=Example("--bf16 --optimizer-cpu-offload --use-distributed-optimizer", "megatron-lm"),
+         good=Example("--bf16 --optimizer-cpu-offload --use-distributed-optimizer --use-precision-aware-optimizer",
                       "megatron-lm"),
          reads=(_SWITCH, "optimizer.use_precision_aware_optimizer"), flavors=frozenset({"megatron-lm"}),
          upstream=(up.A1_PRECISION_AWARE,)),
+    Rule("OPT013", "optimizer-offload-needs-distributed-optimizer-nemo-rl", ERROR, check_distributed_optimizer,
+         bad=Example(_NRL.format("use_distributed_optimizer: false").replace("aware_optimizer: true",
+                                                                                  "aware_optimizer: false"), "nemo-rl"),
+         good=Example(_NRL.format("use_distributed_optimizer: true"), "nemo-rl"),
+         reads=(_SWITCH, _DISTOPT), flavors=frozenset({"nemo-rl"}), upstream=(up.NRL_DISTOPT,)),
+    Rule("OPT014", "optimizer-offload-without-precision-aware-optimizer", WARNING, check_without_precision_aware,
+         bad=Example(_ON + "  use_precision_aware_optimizer: false\n  use_distributed_optimizer: true\n"),
+         good=Example(_ON + "  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"),
+         reads=(_SWITCH, _DISTOPT, "optimizer.use_precision_aware_optimizer"),
+         flavors=frozenset({"bridge", "nemo-rl"})),
+    Rule("OPT015", "optimizer-offload-adam-or-sgd", ERROR, check_adam_or_sgd,
+         bad=Example(_ON + "  optimizer: lion\n"), good=Example(_ON + "  optimizer: adam\n"),
+         reads=(_SWITCH, "optimizer.optimizer"), upstream=(up.NRL_ADAM_SGD,)),
+    Rule("OPT016", "optimizer-offload-dead-knob", WARNING, check_dead_knobs,
+         bad=Example(_ON_PAO + "  use_torch_optimizer_for_cpu_offload: true\n"), good=Example(_ON_PAO),
+         reads=(_SWITCH, "optimizer.use_torch_optimizer_for_cpu_offload", "optimizer.pin_cpu_params")),
+    Rule("OPT017", "optimizer-offload-with-optimizer-cuda-graph", ERROR, check_optimizer_cuda_graph,
+         bad=Example(_ON_PAO + "  optimizer_cuda_graph: true\n"), good=Example(_ON_PAO),
+         reads=(_SWITCH, "optimizer.optimizer_cuda_graph"), since="0.17"),
+    Rule("OPT018", "optimizer-offload-overlap-race", ERROR, check_overlap_race,
+         bad=Example(_ON_PAO + "  overlap_cpu_optimizer_d2h_h2d: true\n", version="0.15.3"),
+         good=Example(_ON_PAO + "  overlap_cpu_optimizer_d2h_h2d: false\n", version="0.15.3"),
+         reads=(_SWITCH, "optimizer.overlap_cpu_optimizer_d2h_h2d"), until="0.15"),
+    Rule("OPT019", "optimizer-offload-with-megatron-fsdp", ERROR, check_megatron_fsdp,
+         bad=Example(_ON_PAO + "dist:\n  use_megatron_fsdp: true\nddp:\n  megatron_fsdp_version: 2\n"),
+         good=Example(_ON_PAO + "dist:\n  use_megatron_fsdp: false\n"),
+         reads=(_SWITCH, "run.use_megatron_fsdp", "run.megatron_fsdp_version", "ddp.use_megatron_fsdp"),
+         upstream=(up.I6_MFSDP_V2, up.BRIDGE_MFSDP_V2)),
+    Rule("OPT020", "optimizer-offload-with-rl-inference-offload", ERROR, check_rl_offload_during_inference,
+         bad=Example(_MLM + " --rl-offload-optimizer-during-inference", "megatron-lm"),
+         good=Example(_MLM, "megatron-lm"),
+         reads=(_SWITCH, "run.rl_offload_optimizer_during_inference"), since="0.15",
+         flavors=frozenset({"megatron-lm"})),
+    Rule("OPT021", "nemo-rl-fraction-must-be-one", ERROR, check_nemo_rl_legacy_fraction,
+         bad=Example(_NRL.format("use_distributed_optimizer: true").replace("1.0", "0.5"), "nemo-rl", nemo_rl="0.7"),
+         good=Example(_NRL.format("use_distributed_optimizer: true"), "nemo-rl", nemo_rl="0.7"),
+         reads=(_SWITCH, _FRACTION), flavors=frozenset({"nemo-rl"}), upstream=(up.NRL_LEGACY_FRACTION,)),
     Rule("OPT006", "optimizer-offload-fp8-param-gather-recipe", ERROR, check_fp8_param_gather_cli,
-         bad=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
-                     "--fp8-format hybrid --fp8-param-gather --fp8-recipe tensorwise", "megatron-lm"),
-         good=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
-                      "--fp8-format hybrid --fp8-param-gather --fp8-recipe delayed", "megatron-lm"),
+         bad=Example(_MLM + " --fp8-format hybrid --fp8-param-gather --fp8-recipe tensorwise", "megatron-lm"),
+         good=Example(_MLM + " --fp8-format hybrid --fp8-param-gather --fp8-recipe delayed", "megatron-lm"),
          reads=(_SWITCH, "model.fp8_param", "model.fp8_recipe"), flavors=frozenset({"megatron-lm"}),
          upstream=(up.A2_FP8_DELAYED,)),
 )

@@ -1,0 +1,48 @@
+"""How megatron-core reads the CUDA-graph settings, per version (shared by the offload rules; no rules here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checks.context import Context
+
+_MIGRATED = ("full_iteration", "full_iteration_inference")
+
+
+def _names(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v for v in value.split(",") if v]
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _raw_modules(ctx: Context) -> list[str]:
+    """The capture scopes as given: `cuda_graph_scope` (deprecated from 0.18) wins over `cuda_graph_modules`."""
+    scope = ctx.get("model.cuda_graph_scope")
+    if not ctx.at_least("0.18") or scope is not None:
+        return _names(scope)
+    return _names(ctx.get("model.cuda_graph_modules"))
+
+
+def graph_modules(ctx: Context) -> list[str]:
+    """Modules captured per layer; [] means the whole layer ("full" is the deprecated spelling of [])."""
+    return [m for m in _raw_modules(ctx) if m != "full" and m not in _MIGRATED]
+
+
+def graph_impl(ctx: Context) -> str:
+    """The CUDA-graph implementation megatron-core ends up with, after its deprecation rewrites."""
+    if ctx.get("model.enable_cuda_graph"):
+        return "local"
+    if ctx.get("model.external_cuda_graph"):
+        return "transformer_engine"
+    impl = str(ctx.get("model.cuda_graph_impl") or "none")
+    if ctx.at_least("0.18") and impl == "local" and "full_iteration" in _raw_modules(ctx):
+        return "full_iteration"  # 0.18 migrated the full_iteration scope to an implementation
+    return impl
+
+
+GRAPH_READS: tuple[str, ...] = ("model.cuda_graph_impl", "model.enable_cuda_graph", "model.external_cuda_graph",
+                                "model.cuda_graph_scope", "model.cuda_graph_modules")
