@@ -139,7 +139,8 @@ class _Mapper:
     def map_megatron_cfg(self, mc: trees.Tree) -> None:
         for name, node in mc.items():
             if name not in self.keys:
-                self.unrecognised.append(Unrecognised("megatron_cfg", name, _leaf(node), "ignored"))
+                if _meaningful(node):  # an unused key left at null/false/{} changes nothing
+                    self.unrecognised.append(Unrecognised("megatron_cfg", name, _leaf(node), "ignored"))
             elif name in _SPECIAL:
                 continue
             elif isinstance(node, Setting) and self.prof.field("model", name) is not None:
@@ -246,6 +247,12 @@ class _Mapper:
                 self.unrecognised.append(Unrecognised("model", name, _leaf(setting), "crash"))
             elif isinstance(setting, Setting):
                 self.settings[f"model.{name}"] = setting
+
+
+def _meaningful(node: Any) -> bool:
+    if isinstance(node, Setting):
+        return bool(node.value)
+    return any(_meaningful(child) for child in node.values())
 
 
 def _leaf(node: Any) -> Setting:

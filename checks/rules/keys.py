@@ -9,9 +9,10 @@ from checks.config import Unrecognised
 from checks.context import Context
 from checks.formats import BRIDGE_SECTIONS, is_offload_related, normalise
 from checks.formats import close_matches as _close_matches
+from checks.rules import upstream as up
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
 from checks.values import show
-from checks.versions import mlm_flags, nemo_rl_keys, versions_with_field, versions_with_flag
+from checks.versions import NEMO_RL_VERSIONS, mlm_flags, nemo_rl_keys, versions_with_field, versions_with_flag
 
 _FRONT_END = {"bridge": "Megatron Bridge", "nemo-rl": "NeMo-RL", "megatron-lm": "Megatron-LM"}
 
@@ -41,11 +42,13 @@ def _candidates(ctx: Context, item: Unrecognised) -> list[str]:
 
 
 def _elsewhere(ctx: Context, item: Unrecognised) -> tuple[str, ...]:
-    """Other versions that have this key (empty when none has it)."""
+    """Other versions that have this key (empty when none has it): megatron-core, or NeMo-RL for megatron_cfg."""
     if item.section == "argv":
         return versions_with_flag(item.name)
     if item.section in ("model", "optimizer", "ddp"):
         return versions_with_field(item.section, item.name)
+    if item.section == "megatron_cfg":
+        return tuple(v for v in NEMO_RL_VERSIONS if item.name in nemo_rl_keys(v))
     return ()
 
 
@@ -195,13 +198,16 @@ def check_version(ctx: Context) -> Iterator[Hit]:
         if not present:
             continue
         key = item.setting.origin.key or item.name
-        if is_offload_related(item.name) or item.consequence == "crash":
-            newer = [v for v in present if _newer(v, ctx.version)]
-            advice = f"upgrade megatron-core to {newer[0]} or later" if newer else \
-                f"use megatron-core {present[-1]} or earlier"
-            yield Hit(key, f"{key!r} does not exist in megatron-core {ctx.version} (it exists in "
+        nemo_rl = item.section == "megatron_cfg"
+        product, current = ("NeMo-RL", ctx.env.nemo_rl_version) if nemo_rl else ("megatron-core", ctx.version)
+        if is_offload_related(item.name) or item.consequence == "crash" or nemo_rl:
+            newer = [v for v in present if v == "main" or (not nemo_rl and _newer(v, ctx.version))]
+            advice = f"upgrade {product} to {newer[0]}{'' if newer[0] == 'main' else ' or later'}" if newer else \
+                f"use {product} {present[-1]} or earlier"
+            option = "--nemo-rl-version" if nemo_rl else "--mcore-version"
+            yield Hit(key, f"{key!r} does not exist in {product} {current} (it exists in "
                       f"{', '.join(present)}); {_consequence(ctx, item)}",
-                      f"Remove it, or {advice} (and pass --mcore-version)", origin=item.setting.origin)
+                      f"Remove it, or {advice} (and pass {option})", origin=item.setting.origin)
         else:
             others.append((key, present))
     if others:
@@ -270,6 +276,35 @@ def check_ignored(ctx: Context) -> Iterator[Hit]:
                   "Remove it, or change the setting that disables it", origin=item.setting.origin)
 
 
+def check_model_overrides_conflict(ctx: Context) -> Iterator[Hit]:
+    """NeMo-RL refuses `model_overrides` entries that have a first-class `megatron_cfg` key.
+
+    What it checks:
+        A NeMo-RL config (main) with a key under `megatron_cfg.model_overrides` that
+        NeMo-RL also reads directly under `megatron_cfg` (for example
+        `fine_grained_activation_offloading` or `recompute_granularity`).
+
+    Why it matters:
+        NeMo-RL raises `ValueError` at set-up: the first-class key decides, and silently
+        preferring one of two values would hide a mistake. Layer-level `cpu_offloading*`
+        has no first-class key, so `model_overrides` is the right place for it.
+
+    Source:
+        NeMo-RL `_validate_model_override_conflicts`.
+    """
+    first_class = nemo_rl_keys(ctx.cfg.environment.nemo_rl_version) - {"model_overrides"}
+    conflicts = sorted({path.split(".", 1)[1] for path, s in ctx.cfg.settings.items()
+                        if ".model_overrides." in s.origin.key and path.split(".", 1)[1] in first_class})
+    if not conflicts:
+        return
+    text = ", ".join(f"policy.megatron_cfg.model_overrides.{n} conflicts with policy.megatron_cfg.{n}" for n in conflicts)
+    first = ctx.setting(f"model.{conflicts[0]}")
+    yield Hit(f"model.{conflicts[0]}", f"model_overrides sets {conflicts}, which NeMo-RL reads directly under "
+              "megatron_cfg", "Move them out of model_overrides to the first-class keys",
+              upstream=ctx.upstream(up.NRL_OVERRIDE_CONFLICT, conflicts=text),
+              origin=first.origin if first else None)
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -293,6 +328,12 @@ RULES: tuple[Rule, ...] = (
          good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
                       "--optimizer-offload-fraction 0.5", "megatron-lm"),
          flavors=frozenset({"megatron-lm"})),
+    Rule("CFG006", "nemo-rl-model-overrides-conflict", ERROR, check_model_overrides_conflict,
+         bad=Example("policy:\n  megatron_cfg:\n    enabled: true\n    model_overrides:\n"
+                     "      recompute_granularity: selective\n", "nemo-rl"),
+         good=Example("policy:\n  megatron_cfg:\n    enabled: true\n    model_overrides:\n"
+                      "      recompute_method: uniform\n", "nemo-rl"),
+         flavors=frozenset({"nemo-rl"}), upstream=(up.NRL_OVERRIDE_CONFLICT,)),
     Rule("CFG005", "offload-setting-ignored", WARNING, check_ignored,
          bad=Example("policy:\n  megatron_cfg:\n    enabled: false\n    optimizer:\n"
                      "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n", "nemo-rl"),
