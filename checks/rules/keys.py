@@ -297,7 +297,9 @@ def check_model_overrides_conflict(ctx: Context) -> Iterator[Hit]:
                         if ".model_overrides." in s.origin.key and path.split(".", 1)[1] in first_class})
     if not conflicts:
         return
-    text = ", ".join(f"policy.megatron_cfg.model_overrides.{n} conflicts with policy.megatron_cfg.{n}" for n in conflicts)
+    # NeMo-RL's message names policy.megatron_cfg even for the value model.
+    text = ", ".join(f"policy.megatron_cfg.model_overrides.{n} conflicts with policy.megatron_cfg.{n}"
+                     for n in conflicts)
     first = ctx.setting(f"model.{conflicts[0]}")
     yield Hit(f"model.{conflicts[0]}", f"model_overrides sets {conflicts}, which NeMo-RL reads directly under "
               "megatron_cfg", "Move them out of model_overrides to the first-class keys",
