@@ -44,6 +44,9 @@ class UpstreamCheck:
     stage: str
     lines: Mapping[str, str] = field(default_factory=dict)
     fixed: str | None = None
+    # For a crash with no explicit check (a TypeError deep in __post_init__): the code at the anchor that
+    # fails, so tools/verify_anchors.py can confirm the anchor without a raise statement to match.
+    evidence: str | None = None
 
     def versions(self) -> tuple[str, ...]:
         """The labels this check is anchored in (megatron-core versions, or NeMo-RL releases); () when fixed."""

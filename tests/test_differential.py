@@ -9,48 +9,30 @@ stage, and the checker quotes megatron-core's message.
 
 Configs that megatron-core rejects for reasons unrelated to offloading make the
 test fail: the examples must be built so that the offload checks are reached.
+The megatron-core side lives in ``oracle.py``; ``test_differential_properties.py``
+runs the same comparison on generated configs.
 """
 
 from __future__ import annotations
 
-import re
-import traceback
-import warnings
-from dataclasses import dataclass, fields
-from typing import Any
-
 import pytest
 
-from checks.anchors import STAGE_CONFIG, STAGE_OPTIMIZER
 from checks.config import CanonicalConfig
-from checks.context import Context
 from checks.demo import Entry, entries
-from checks.engine import Finding, run
 from checks.loaders import Request, load
-from checks.rules import BY_ID
+from checks.versions import version_key
 
-torch = pytest.importorskip("torch")
-megatron = pytest.importorskip("megatron.core")
-from megatron.core.optimizer import OptimizerConfig, _get_megatron_optimizer_based_on_param_groups  # noqa: E402
-from megatron.core.package_info import __version__ as MCORE_VERSION  # noqa: E402
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
-
-from checks.versions import resolve_version  # noqa: E402
-
-VERSION = resolve_version(MCORE_VERSION)
-# Every megatron-core message the rules quote for this version (with set and value placeholders filled by
-# whatever megatron-core printed, they are compared after _normalise).
-REGISTERED = tuple({c.message.split("{")[0] for rule in BY_ID.values() for c in rule.upstream
-                    if c.project == "megatron-core" and c.message and c.anchor(VERSION)})
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-TC_FIELDS = {f.name for f in fields(TransformerConfig)}
-OC_FIELDS = {f.name for f in fields(OptimizerConfig)}
-# What the checker needs besides the offload fields; small, so nothing else fails.
-MODEL_BASE = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4}
+oracle = pytest.importorskip("oracle")  # needs torch and megatron-core
+VERSION = oracle.VERSION
+UNKNOWN = oracle.UNKNOWN
+compare = oracle.compare
+megatron_verdict = oracle.megatron_verdict
 
 # --set variants run on top of examples, to reach each offload check.
 _LAYER_ON = ("model.cpu_offloading=true", "model.cpu_offloading_num_layers=2", "model.pipeline_model_parallel_size=1",
              "model.fine_grained_activation_offloading=false")
+# MoE graph capture needs drop-padding MoE (an unrelated megatron-core rule)
+_DROP_PADDING = ("model.moe_expert_capacity_factor=1.0", "model.moe_pad_expert_input_to_capacity=true")
 VARIANTS: dict[str, list[tuple[str, ...]]] = {
     "bridge-dump-clean": [
         ("model.cpu_offloading=true",),
@@ -74,6 +56,31 @@ VARIANTS: dict[str, list[tuple[str, ...]]] = {
         ("optimizer.use_precision_aware_optimizer=false", "optimizer.main_params_dtype=fp16"),
         ("optimizer.use_precision_aware_optimizer=false", "optimizer.exp_avg_dtype=bf16"),
         ("optimizer.use_precision_aware_optimizer=false", "optimizer.exp_avg_sq_dtype=bf16"),
+        # fine-grained offloading under CUDA graphs (checked from 0.18; accepted silently before)
+        ("model.cuda_graph_impl=local", "model.cuda_graph_modules=[]"),
+        ("model.cuda_graph_impl=local", "model.cuda_graph_modules=[attn]"),
+        ("model.num_moe_experts=4", "model.moe_grouped_gemm=true", "model.offload_modules=[moe_act]",
+         "model.cuda_graph_impl=local", "model.cuda_graph_modules=[]"),
+        ("model.num_moe_experts=4", "model.moe_grouped_gemm=true", "model.cuda_graph_impl=transformer_engine",
+         "model.cuda_graph_modules=[attn,moe]", *_DROP_PADDING),
+        ("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_warmup_steps=0"),
+        ("model.cuda_graph_impl=full_iteration",),
+        ("model.num_moe_experts=4", "model.moe_grouped_gemm=true", "model.offload_modules=[expert_fc1]",
+         "model.expert_model_parallel_size=2", "model.moe_token_dispatcher_type=flex",
+         "model.moe_flex_dispatcher_backend=ncclep", "model.overlap_moe_expert_parallel_comm=true",
+         "model.bf16=true", "model.pipeline_model_parallel_size=1", "model.tensor_model_parallel_size=1"),
+        ("model.num_moe_experts=4", "model.moe_grouped_gemm=true", "model.offload_modules=[moe_act]",
+         "model.cuda_graph_impl=local", "model.cuda_graph_modules=[moe]", *_DROP_PADDING),
+        ("model.activation_offload_fraction=1.5",),
+        ("model.delta_offload_bytes_across_pp_ranks=-1",),
+        ("model.min_offloaded_tensor_size=-1",),
+        ("model.num_moe_experts=4", "model.offload_modules=[fused_group_mlp]"),
+        ("model.num_moe_experts=4", "model.offload_modules=[fused_group_mlp,moe_act]",
+         "model.use_transformer_engine_op_fuser=true"),
+        ("since:main", "model.recompute_granularity=selective", "model.recompute_modules=[mhc]",
+         "model.enable_mhc_connections=true"),
+        ("since:main", "model.offload_modules=[gdp_qkv]", "model.recompute_granularity=selective",
+         "model.recompute_modules=[gdp_in_proj]"),
     ],
     "megatron-lm-argv": [],
 }
@@ -88,111 +95,25 @@ ARGV_VARIANTS = [
 ]
 
 
-@dataclass(frozen=True)
-class Raised:
-    stage: str  # "model" (TransformerConfig) or "optimizer" (OptimizerConfig + optimizer factory)
-    message: str  # "" for a bare assert
-    kind: str
+def _applicable(overrides: tuple[str, ...]) -> bool:
+    """Whether a variant can run on the installed megatron-core ("since:X" marks recompute modules added in X)."""
+    if overrides and overrides[0].startswith("since:"):
+        return version_key(VERSION) >= version_key(overrides[0].split(":", 1)[1])
+    return not ("model.cuda_graph_impl=full_iteration" in overrides and version_key(VERSION) < version_key("0.18")
+                and "model.cpu_offloading=true" not in overrides)
 
 
-def _kwargs(ctx: Context, section: str, allowed: set[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in allowed:
-        path = f"{section}.{name}"
-        if path in ctx.invalid or not (ctx.is_set(path) or path in ctx.cfg.defaults):
-            continue
-        spec = ctx.profile.field(section, name)
-        if spec is None or (spec.kind == "any" and name != "cuda_graph_scope"):
-            continue
-        value = ctx.get(path)
-        out[name] = TORCH_DTYPES.get(value, value) if spec.kind == "dtype" else value
-    return out
-
-
-UNKNOWN = Raised("", "", "no verdict")  # megatron-core could not run this stage here (Transformer Engine missing)
-
-
-def _megatron_offload_error(stage: str, build: Any) -> Raised | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            build()
-    except (AssertionError, ValueError, NotImplementedError, TypeError, RuntimeError) as err:
-        message = str(err)
-        frame = traceback.extract_tb(err.__traceback__)[-1]
-        bare_offload_assert = not message and "offload_modules" in (frame.line or "")
-        if "offload" in message.lower() or bare_offload_assert or message.startswith(REGISTERED):
-            return Raised(stage, message, type(err).__name__)
-        if "'NoneType' and 'Version'" in message:  # is_te_min_version without Transformer Engine: no verdict
-            return UNKNOWN
-        if "CUDA" in message or "cuda" in message:  # HybridDeviceOptimizer needs a GPU; the checks passed
-            return None
-        raise AssertionError(f"megatron-core rejected the config for another reason ({stage}): "
-                             f"{type(err).__name__}: {message}") from err
-    return None
-
-
-def megatron_verdict(cfg: CanonicalConfig) -> dict[str, Raised | None]:
-    """Per stage ("model", "optimizer"): what megatron-core raised for an offload reason, None, or UNKNOWN."""
-    ctx = Context(cfg)
-    model = {**MODEL_BASE, **_kwargs(ctx, "model", TC_FIELDS)}
-    if model["num_layers"] <= max(2, model.get("cpu_offloading_num_layers", 0)) and not ctx.is_set("model.num_layers"):
-        model["num_layers"] = model.get("cpu_offloading_num_layers", 0) + 2  # unknown depth: assume valid
-    if model.get("pipeline_model_parallel_size", 1) > 1:
-        model.setdefault("pipeline_dtype", model.get("params_dtype", torch.bfloat16))  # what Bridge/MLM do
-    optimizer = {"lr": 1e-4, **_kwargs(ctx, "optimizer", OC_FIELDS)}
-    def build_optimizer() -> None:
-        config = OptimizerConfig(**optimizer)
-        param = torch.nn.Parameter(torch.zeros(4))
-        _get_megatron_optimizer_based_on_param_groups(config, [], [{"params": [param]}])
-
-    return {"model": _megatron_offload_error("model", lambda: TransformerConfig(**model)),
-            "optimizer": _megatron_offload_error("optimizer", build_optimizer)}
-
-
-def _normalise(message: str) -> str:
-    # F3 prints Python sets, whose order varies between runs.
-    return re.sub(r"\{([^{}]*)\}", lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", message)
-
-
-def _stage(finding: Finding) -> str | None:
-    if finding.upstream is None or finding.severity != "error":
-        return None
-    anchor = finding.upstream.anchor
-    if finding.upstream.project == "megatron-core":
-        return "model" if "transformer_config.py" in anchor else "optimizer" if "optimizer/" in anchor else None
-    return "front-end"
-
-
-def _declared_megatron_messages(finding: Finding) -> list[str]:
-    return [c.message or "" for c in BY_ID[finding.rule].upstream if c.project == "megatron-core"]
-
-
-def compare(cfg: CanonicalConfig) -> None:
-    findings = run([cfg])
-    verdict = megatron_verdict(cfg)
-    for raised in verdict.values():
-        if raised is None or raised is UNKNOWN:
-            continue
-        quoted = [_normalise(f.upstream.message or "") for f in findings if _stage(f) == raised.stage]
-        front_end = [f for f in findings if _stage(f) == "front-end" and any(
-            m.split("{")[0][:30] == raised.message[:30] for m in _declared_megatron_messages(f))]
-        assert _normalise(raised.message) in quoted or front_end, (
-            f"megatron-core raised {raised.kind}({raised.message!r}) at the {raised.stage} stage; the checker "
-            f"quoted {quoted}; findings: {[(f.rule, f.message) for f in findings]}")
-    for f in findings:
-        stage = _stage(f)
-        if stage in ("model", "optimizer") and verdict[stage] is not UNKNOWN:
-            assert verdict[stage] is not None, f"checker reported {f.rule} ({f.upstream.message!r}) but " \
-                                               f"megatron-core accepted the {stage} stage"
+def _overrides(overrides: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(o for o in overrides if not o.startswith("since:"))
 
 
 def _configs(entry: Entry, overrides: tuple[str, ...] = ()) -> list[CanonicalConfig]:
     request = entry.request()
-    return load(Request(request.files, request.overrides + overrides, request.argv, request.flavor, VERSION))
+    return load(Request(request.files, request.overrides + _overrides(overrides), request.argv, request.flavor,
+                        VERSION))
 
 
-CASES = [(e, ()) for e in entries()] + [(e, v) for e in entries() for v in VARIANTS.get(e.name, [])]
+CASES = [(e, ()) for e in entries()] + [(e, v) for e in entries() for v in VARIANTS.get(e.name, []) if _applicable(v)]
 
 
 @pytest.mark.parametrize("entry,overrides", CASES, ids=[f"{e.name}{'+' + '+'.join(v) if v else ''}" for e, v in CASES])
@@ -205,17 +126,3 @@ def test_examples_agree_with_megatron_core(entry: Entry, overrides: tuple[str, .
 def test_command_lines_agree_with_megatron_core(argv: str) -> None:
     for cfg in load(Request((), (), argv, "megatron-lm", VERSION)):
         compare(cfg)
-
-
-def test_every_megatron_offload_check_was_reached() -> None:
-    """The cases above make megatron-core raise every registered check of the installed version at least once."""
-    raised: list[str] = []
-    cases = [c for e, v in CASES for c in _configs(e, v)] + \
-        [c for a in ARGV_VARIANTS for c in load(Request((), (), a, "megatron-lm", VERSION))]
-    for cfg in cases:
-        raised += [r.message for r in megatron_verdict(cfg).values() if r is not None and r is not UNKNOWN]
-    registered = {c.message for rule in BY_ID.values() for c in rule.upstream
-                  if c.project == "megatron-core" and c.stage in (STAGE_CONFIG, STAGE_OPTIMIZER) and c.anchor(VERSION)}
-    missing = [m for m in registered if not any(
-        (r == "" if m is None else r.startswith(m.split("{")[0])) for r in raised)]
-    assert not missing, f"never reached: {missing}"

@@ -354,17 +354,28 @@ def check_paged_stash_modules(ctx: Context) -> Iterator[Hit]:
     What it checks:
         `moe_paged_stash` is true and `offload_modules` lists `expert_fc1`, `moe_act` or
         `fused_group_mlp`; megatron-core reads `offload_modules` here even when
-        fine-grained offloading is off.
+        fine-grained offloading is off. Also `offload_modules: null` (as the NeMo-RL
+        exemplars write it) with paged stashing.
 
     Why it matters:
-        `TransformerConfig.__post_init__` raises `ValueError` (>= 0.18).
+        `TransformerConfig.__post_init__` raises `ValueError` (>= 0.18); with `null` it
+        fails with `TypeError: 'NoneType' object is not iterable`, because it builds a set
+        from `offload_modules` without a check.
 
     Source:
         megatron-core >= 0.18 `TransformerConfig.__post_init__`.
     """
+    if not ctx.get("model.moe_paged_stash"):
+        return
+    if ctx.is_set(_MODULES) and ctx.get(_MODULES) is None:
+        # megatron-core computes set(offload_modules) here without a None check
+        yield Hit(_MODULES, "moe_paged_stash=true with offload_modules: null: megatron-core fails with "
+                  "\"TypeError: 'NoneType' object is not iterable\"", "Write offload_modules: [] instead of null",
+                  patch={_MODULES: []}, upstream=ctx.upstream(up.F12_NULL_MODULES))
+        return
     covered = {"expert_fc1", "moe_act"} | ({"fused_group_mlp"} if ctx.at_least("0.19") else set())
     conflict = sorted(_modules(ctx) & covered)
-    if ctx.get("model.moe_paged_stash") and conflict:
+    if conflict:
         check = up.F12_PAGED_STASH if ctx.at_least("0.19") else up.F12_PAGED_STASH_018
         yield Hit(_MODULES, f"moe_paged_stash=true and offload_modules has {conflict}",
                   "Remove those modules from offload_modules (paged stash covers them)",
@@ -607,7 +618,7 @@ RULES: tuple[Rule, ...] = (
          bad=Example(_FG_ON.format("[moe_act]") + "  num_moe_experts: 8\n  moe_paged_stash: true\n" + _ENV),
          good=Example(_FG_ON.format("[core_attn]") + "  num_moe_experts: 8\n  moe_paged_stash: true\n" + _ENV),
          reads=(_MODULES, "model.moe_paged_stash"), since="0.18",
-         upstream=(up.F12_PAGED_STASH_018, up.F12_PAGED_STASH)),
+         upstream=(up.F12_PAGED_STASH_018, up.F12_PAGED_STASH, up.F12_NULL_MODULES)),
     Rule("FGA012", "mhc-recompute-with-fine-grained", ERROR, check_mhc_recompute,
          bad=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: selective\n"
                      "  recompute_modules: [mhc]\n" + _ENV, version="main"),

@@ -39,9 +39,11 @@ C3_RECOMPUTE = UpstreamCheck(
 C4_CUDA_GRAPHS = UpstreamCheck(
     "megatron-core", "ValueError", "CUDA graphs not supported with CPU offloading.", STAGE_CONFIG,
     _lines(TC, v0140=1269, v0153=1396, v0161=1723, v0171=1965, v0182=2244, v0192=2468, main=2801))
+# Before 0.18 there is no full_iteration implementation: asking for it (to combine CUDA graphs with offloading,
+# which 0.18 allows) fails this check first. From 0.18 the check no longer concerns offloading.
 C6_GRAPH_IMPL = UpstreamCheck(
     "megatron-core", "AssertionError", "Invalid cuda graph implementation: {impl}", STAGE_CONFIG,
-    _lines(TC, v0153=1391, v0161=1717, v0171=1959, v0182=2221, v0192=2445, main=2778))
+    _lines(TC, v0153=1391, v0161=1717, v0171=1959))
 
 C7_PAGED_STASH = UpstreamCheck(
     "megatron-core", "ValueError", "moe_paged_stash cannot be enabled with cpu_offloading.", STAGE_CONFIG,
@@ -105,6 +107,9 @@ F12_PAGED_STASH = UpstreamCheck(
     "When moe_paged_stash is enabled, offload_modules must not include expert_fc1, moe_act, or fused_group_mlp "
     "(paged stash covers those activations). Remove: {modules}",
     STAGE_CONFIG, _lines(TC, v0192=1916, main=2222))
+F12_NULL_MODULES = UpstreamCheck(
+    "megatron-core", "TypeError", "'NoneType' object is not iterable", STAGE_CONFIG,
+    _lines(TC, v0182=1691, v0192=1912, main=2218), evidence="set(self.offload_modules)")
 F13_MHC = UpstreamCheck(
     "megatron-core", "NotImplementedError",
     "'mhc' in recompute_modules + fine_grained_activation_offloading is not yet supported. The mHC recompute hook "
