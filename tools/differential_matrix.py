@@ -91,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--examples", type=int, default=2000)
     args = parser.parse_args(argv)
+    pins = revision_pins(sys.argv)  # before the runs, which take minutes
     results = []
     for item in args.releases:
         label, _, path = item.partition("=")
         print(f"running {label} ...", file=sys.stderr)
         results.append(run_one(args.python, label, path, args.examples))
         print(json.dumps(results[-1]), file=sys.stderr)
-    pins = revision_pins(sys.argv)
     out = ROOT / "reference" / "benchmarks" / "differential.json"
     out.write_text(json.dumps({"examples_per_release": args.examples, "results": results, "revision": pins},
                               indent=2) + "\n")
