@@ -55,7 +55,9 @@ def run_one(python: str, label: str, path: str, examples: int) -> dict[str, Any]
         result["counts"] = {k.strip(): int(v) for k, v in (p.rsplit(":", 1) for p in match.group(2).split(", "))}
     if match := _REACHED.search(out):
         result["checks_reached"], result["checks_registered"] = int(match.group(1)), int(match.group(2))
-    result["pytest"] = {kind: int(n) for n, kind in _PYTEST.findall(out.splitlines()[-1] if out else "")}
+    lines = reversed(out.splitlines())
+    summary = next((line for line in lines if re.search(r"\b(passed|failed)\b.* in [\d.]+s", line)), "")
+    result["pytest"] = {kind: int(n) for n, kind in _PYTEST.findall(summary)}
     return result
 
 
