@@ -16,6 +16,7 @@ from checks.engine import Finding, run
 from checks.loaders import Request, load
 from checks.rules import ALL_RULES
 from checks.rules.base import Example, Rule
+from checks.rules.scope import OUT_OF_SCOPE
 from checks.versions import (
     DEFAULT_NEMO_RL_VERSION,
     DEFAULT_VERSION,
@@ -120,4 +121,9 @@ def rules_markdown() -> str:
             for r in ALL_RULES]
     for rule in ALL_RULES:
         out += ["", f"## {rule.id}", "", "```text", explain_text(rule), "```"]
+    out += ["", "## Upstream checks without a rule", "",
+            "Every offload-related raise, assert and warning of the covered releases backs a rule above, or is "
+            "listed here with the reason a static config check does not report it.", "",
+            "| project | where | message | why no rule |", "|---|---|---|---|"]
+    out += [f"| {o.project} | {o.where} | {o.message.replace('|', '/')} | {o.reason} |" for o in OUT_OF_SCOPE]
     return "\n".join(out) + "\n"
