@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checks.rules import ALL_RULES  # noqa: E402
-from checks.rules.scope import OUT_OF_SCOPE  # noqa: E402
-from checks.versions import VERSIONS, profile  # noqa: E402
+from checks.rules import ALL_RULES
+from checks.rules.scope import OUT_OF_SCOPE
+from checks.versions import VERSIONS, profile
 
 FILES = (
     "megatron/core/transformer/transformer_config.py", "megatron/core/model_parallel_config.py",
@@ -38,9 +38,7 @@ def _calls(tree: ast.AST, source: str) -> list[tuple[int, str]]:
     """(line, text) of raise/assert statements and warn/log calls."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Raise, ast.Assert)):
-            found.append((node.lineno, ast.get_source_segment(source, node) or ""))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("warn",):
+        if isinstance(node, (ast.Raise, ast.Assert)) or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("warn",)):
             found.append((node.lineno, ast.get_source_segment(source, node) or ""))
     return found
 
