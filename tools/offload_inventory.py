@@ -38,7 +38,8 @@ def _calls(tree: ast.AST, source: str) -> list[tuple[int, str]]:
     """(line, text) of raise/assert statements and warn/log calls."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Raise, ast.Assert)) or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("warn",)):
+        warn = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warn"
+        if isinstance(node, (ast.Raise, ast.Assert)) or warn:
             found.append((node.lineno, ast.get_source_segment(source, node) or ""))
     return found
 
