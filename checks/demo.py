@@ -21,7 +21,7 @@ from checks.engine import Finding, run
 from checks.errors import InputError
 from checks.loaders import Request, load
 from checks.report import Report, finding_json, render_text
-from checks.versions import DEFAULT_VERSION, resolve_version
+from checks.versions import DEFAULT_NEMO_RL_VERSION, DEFAULT_VERSION, resolve_nemo_rl_version, resolve_version
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "configs"
 MANIFEST = EXAMPLES / "manifest.yaml"
@@ -38,10 +38,11 @@ class Entry:
     argv: str | None
     version: str
     expect: tuple[str, ...]
+    nemo_rl_version: str = DEFAULT_NEMO_RL_VERSION
 
     def request(self) -> Request:
         return Request(tuple(_display_path(EXAMPLES / f) for f in self.files), self.overrides, self.argv, "auto",
-                       self.version, Environment(mcore_source="option"))
+                       self.version, Environment(mcore_source="option", nemo_rl_version=self.nemo_rl_version))
 
     def command(self) -> str:
         words = ["python", "-m", "checks", "check", *(f"examples/configs/{f}" for f in self.files)]
@@ -51,6 +52,8 @@ class Entry:
             words.append(f"--argv={self.argv}")  # "=" so argparse never mistakes the flags for its own
         if self.version != DEFAULT_VERSION:
             words += ["--mcore-version", self.version]
+        if self.nemo_rl_version != DEFAULT_NEMO_RL_VERSION:
+            words += ["--nemo-rl-version", self.nemo_rl_version]
         return " ".join(shlex.quote(w) for w in words)
 
 
@@ -65,7 +68,8 @@ def entries() -> list[Entry]:
         raise InputError(str(MANIFEST), "the bundled examples are missing; run from the skill's directory")
     raw: list[dict[str, Any]] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
     return [Entry(e["name"], e.get("about", ""), tuple(e.get("files", ())), tuple(e.get("set", ())), e.get("argv"),
-                  resolve_version(str(e.get("mcore_version", DEFAULT_VERSION))), tuple(e.get("expect", ())))
+                  resolve_version(str(e.get("mcore_version", DEFAULT_VERSION))), tuple(e.get("expect", ())),
+                  resolve_nemo_rl_version(str(e.get("nemo_rl_version", DEFAULT_NEMO_RL_VERSION))))
             for e in raw]
 
 

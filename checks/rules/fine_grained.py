@@ -112,8 +112,10 @@ def check_modules_valid(ctx: Context) -> Iterator[Hit]:
     hints = []
     for name in invalid:
         close = _close_matches(name, allowed + ("fused_group_mlp", "gdp_qkv"), n=1, cutoff=0.6)
-        if close and close[0] not in allowed:
-            hints.append(f"{name!r}: {close[0]!r} needs a newer megatron-core than {ctx.version}")
+        if name in ("fused_group_mlp", "gdp_qkv"):
+            hints.append(f"{name!r} arrives in megatron-core {'0.19' if name == 'fused_group_mlp' else 'main'}")
+        elif close and close[0] not in allowed:
+            hints.append(f"{name!r}: did you mean {close[0]!r} (megatron-core 0.19 or later)?")
         elif close:
             hints.append(f"{name!r}: did you mean {close[0]!r}?")
     repaired = [m if m in allowed else next(iter(_close_matches(m, allowed, n=1, cutoff=0.6)), None)
