@@ -125,6 +125,8 @@ def megatron_verdict(cfg: CanonicalConfig) -> dict[str, Raised | None]:
     model = {**MODEL_BASE, **_kwargs(ctx, "model", TC_FIELDS)}
     if model["num_layers"] <= max(2, model.get("cpu_offloading_num_layers", 0)) and not ctx.is_set("model.num_layers"):
         model["num_layers"] = model.get("cpu_offloading_num_layers", 0) + 2  # unknown depth: assume valid
+    if model.get("expert_model_parallel_size", 1) > 1 and "num_moe_experts" not in model:
+        model["num_moe_experts"] = 2 * model["expert_model_parallel_size"]  # unknown architecture: assume MoE
     if model.get("pipeline_model_parallel_size", 1) > 1:
         model.setdefault("pipeline_dtype", model.get("params_dtype", torch.bfloat16))  # what Bridge/MLM do
     optimizer = {"lr": 1e-4, **_kwargs(ctx, "optimizer", OC_FIELDS)}
