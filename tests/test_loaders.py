@@ -30,12 +30,13 @@ def value_and_line(cfg: CanonicalConfig, path: str) -> tuple[object, int | None]
 def test_bridge_dump_decodes_targets_and_keeps_lines() -> None:
     cfg = one(Request((str(EXAMPLES / "bridge/run_config_clean.yaml"),)))
     assert cfg.flavor == "bridge"
-    assert value_and_line(cfg, "model.offload_modules") == (["core_attn", "attn_proj"], 38)
-    assert value_and_line(cfg, "model.params_dtype") == ("bf16", 41)  # {_target_: torch.bfloat16, _call_: false}
-    assert value_and_line(cfg, "optimizer.optimizer_offload_fraction") == (0.5, 59)
+    assert value_and_line(cfg, "model.offload_modules") == (["core_attn", "attn_proj"], 44)
+    assert value_and_line(cfg, "model.params_dtype") == ("bf16", 47)  # {_target_: torch.bfloat16, _call_: false}
+    assert value_and_line(cfg, "optimizer.optimizer_offload_fraction") == (0.5, 70)
     assert value_and_line(cfg, "env.NVTE_CPU_OFFLOAD_V1") == (1, 12)
     assert "model._target_" not in cfg.settings
     assert not any(u.name == "activation_func" for u in cfg.unrecognised)  # a real field, decoded to a name
+    assert value_and_line(cfg, "run.vocab_size") == (128256, 63)  # a GPTModelProvider field: the model's shape
 
 
 def test_bridge_syncs_distributed_optimizer_like_bridge(tmp_path: Path) -> None:
@@ -72,10 +73,10 @@ def test_bridge_overrides_apply_in_order_with_positions(tmp_path: Path) -> None:
 
 def test_bridge_unknown_keys_are_kept_for_the_rules(tmp_path: Path) -> None:
     path = tmp_path / "o.yaml"
-    path.write_text("optimiser:\n  lr: 1\nmodel:\n  seq_length: 4096\n  cpu_offload: true\n")
+    path.write_text("optimiser:\n  lr: 1\nmodel:\n  max_seq_len: 4096\n  cpu_offload: true\n")
     cfg = one(Request((str(path),)))
     found = {(u.section, u.name, u.consequence) for u in cfg.unrecognised}
-    assert found == {("", "optimiser", "ignored"), ("model", "seq_length", "ignored"),
+    assert found == {("", "optimiser", "ignored"), ("model", "max_seq_len", "ignored"),
                      ("model", "cpu_offload", "ignored")}
 
 

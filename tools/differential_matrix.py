@@ -2,7 +2,7 @@
 
 Maintainer tool. Each release lives in its own directory of packages (its config classes run on
 Python 3.11; see ../shared/upstream/README.md), prepended to PYTHONPATH for one pytest run of
-tests/test_differential_properties.py and tests/test_differential.py. The tool writes
+tests/test_differential_properties.py, tests/test_differential.py and tests/test_model.py. The tool writes
 reference/benchmarks/differential.json (counts per release, with revision pins) and
 reference/differential.md (a table generated from it).
 
@@ -46,7 +46,7 @@ def run_one(python: str, label: str, path: str, examples: int) -> dict[str, Any]
     if label == "main":
         env["MCORE_PROFILE"] = "main"
     done = subprocess.run([python, "-m", "pytest", "tests/test_differential_properties.py",
-                           "tests/test_differential.py", "-q", "-s", "-p", "no:cacheprovider"],
+                           "tests/test_differential.py", "tests/test_model.py", "-q", "-s", "-p", "no:cacheprovider"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     out = done.stdout + done.stderr
     result: dict[str, Any] = {"label": label, "exit_code": done.returncode}
@@ -67,7 +67,9 @@ def markdown(results: list[dict[str, Any]], pins: dict[str, Any]) -> str:
              f"(checker commit {pins['git_commit'][:10]}{' + local changes' if pins['git_dirty'] else ''}, "
              f"{pins['date']}). Each row is one run of `tests/test_differential_properties.py` (generated Bridge "
              "configs) and `tests/test_differential.py` (the bundled examples and their variants) against that "
-             "release's own `TransformerConfig`, `OptimizerConfig` and optimizer factory. CI runs the 0.16.1 row.",
+             "release's own `TransformerConfig`, `OptimizerConfig` and optimizer factory, and of "
+             "`tests/test_model.py` (the parameter model and the greedy optimizer split against that release's "
+             "`GPTModel`, parameter groups and `HybridDeviceOptimizer`). CI runs the 0.16.1 row.",
              "", "| release | generated | compared | megatron-core raised (model / optimizer) | agreed | "
              "rejected for other reasons | no verdict (needs TE) | offload checks reached | pytest |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -33,6 +33,11 @@ _RUN_KEYS: Mapping[tuple[str, str], str] = {
     ("dist", "use_megatron_fsdp"): "run.use_megatron_fsdp",
     ("ddp", "use_megatron_fsdp"): "run.use_megatron_fsdp",
     ("ddp", "megatron_fsdp_version"): "run.megatron_fsdp_version",  # Bridge's own DDP field
+    # GPTModelProvider fields that are not TransformerConfig fields: the model's dimensions
+    # (Megatron-Bridge@067f987d:src/megatron/bridge/models/gpt_provider.py:140-184).
+    **{("model", name): f"run.{name}" for name in (
+        "vocab_size", "should_pad_vocab", "make_vocab_size_divisible_by", "share_embeddings_and_output_weights",
+        "position_embedding_type", "seq_length")},
 }
 _SYNC_NOTE = ("Bridge enables the distributed optimizer in both ddp and optimizer when either is set "
               "(Megatron-Bridge@067f987d:src/megatron/bridge/training/config.py:2101-2138)")
@@ -51,8 +56,6 @@ def decode_target(mapping: dict[str, Any]) -> Any:
     if mapping.get("_call_") and isinstance(args, list) and len(args) == 1:
         return args[0]
     return target
-
-
 
 
 def load(request: Request) -> list[CanonicalConfig]:

@@ -34,6 +34,12 @@ _DEST_ALIASES: Mapping[str, tuple[str, ...]] = {
 }
 _IMPLIES = "implied by --cpu-offloading-num-layers > 0 (megatron/training/arguments.py, validate_args)"
 _SELECTIVE = "--recompute-activations sets recompute_granularity='selective' (megatron/training/arguments.py)"
+_GATED = "sets gated_linear_unit (NVIDIA/Megatron-LM@d98e8a64:megatron/training/argument_utils.py:314-325)"
+_SWIGLU_FFN = ("--swiglu without --ffn-hidden-size: int(4 * hidden_size * 2 / 3 / 64) * 64 "
+               "(NVIDIA/Megatron-LM@d98e8a64:megatron/training/arguments.py:1320-1327)")
+# Launcher flags whose defaults decide the model's shape (checks/model/shape.py reads them).
+_SHAPE_DESTS: frozenset[str] = frozenset({
+    "make_vocab_size_divisible_by", "position_embedding_type", "untie_embeddings_and_output_weights"})
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_]\w*))", re.ASCII)
 _ASSIGN = re.compile(r"^(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
@@ -42,10 +48,6 @@ _ASSIGN = re.compile(r"^(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value
 class Token:
     text: str
     origin: Origin
-
-
-
-
 
 
 def load(request: Request) -> list[CanonicalConfig]:
@@ -285,7 +287,29 @@ class _Parser:
             settings["model.recompute_granularity"] = Setting(
                 "selective", Origin(o.file, o.line, o.arg, recompute[0].flag, _SELECTIVE))
         self._derive_vpp(settings)
+        self._derive_architecture(settings)
         return settings
+
+    def _derive_architecture(self, settings: dict[str, Setting]) -> None:
+        """What ``core_transformer_config_from_args`` and ``validate_args`` make of the architecture flags."""
+        for dest in ("quick_geglu", "swiglu"):
+            flag = self.values.get(dest)
+            if flag and flag[1] is True:
+                spec, _, o = flag
+                settings["model.gated_linear_unit"] = Setting(True, Origin(o.file, o.line, o.arg, spec.flag, _GATED))
+        swiglu = self.values.get("swiglu")
+        if swiglu and swiglu[1] is True:
+            spec, _, o = swiglu
+            hidden = settings.get("model.hidden_size")
+            if "ffn_hidden_size" not in self.values and hidden is not None and isinstance(hidden.value, int):
+                settings["model.ffn_hidden_size"] = Setting(
+                    int((4 * hidden.value * 2 / 3) / 64) * 64,
+                    Origin(o.file, o.line, o.arg, spec.flag, _SWIGLU_FFN))
+        gqa = self.values.get("group_query_attention")
+        groups = settings.pop("model.num_query_groups", None)
+        if groups is not None:
+            # Without --group-query-attention the value never reaches the config.
+            settings["model.num_query_groups" if gqa and gqa[1] is True else "run.num_query_groups"] = groups
 
     def _derive_vpp(self, settings: dict[str, Setting]) -> None:
         per_stage = self.values.get("num_layers_per_virtual_pipeline_stage")
@@ -306,6 +330,9 @@ class _Parser:
         out: dict[str, Any] = {}
         for spec in self.flags.values():
             if spec.default is None or isinstance(spec.default, dict) or spec.action == "store_false":
+                continue
+            if spec.dest in _SHAPE_DESTS:
+                out[f"run.{spec.dest}"] = spec.default
                 continue
             for path in self._paths(spec.dest):
                 section, _, name = path.partition(".")
