@@ -8,6 +8,7 @@ from checks.rules import (
     keys,
     layer_offload,
     optimizer,
+    optimizer_split,
     precision,
     transformer_engine,
 )
@@ -18,6 +19,7 @@ _FAMILIES: tuple[tuple[Rule, ...], ...] = (
     fine_grained.RULES,  # FGA: fine_grained_activation_offloading + offload_modules
     fine_grained_graphs.RULES,  # FGA: the same under CUDA graphs
     optimizer.RULES,  # OPT: optimizer_cpu_offload, HybridDeviceOptimizer
+    optimizer_split.RULES,  # OPT: what a fractional offload really moves (uses checks/model)
     precision.RULES,  # OPT: the precision-aware optimizer and parameter dtypes
     transformer_engine.RULES,  # TEX: traps that depend on the Transformer Engine version
     keys.RULES,  # CFG: typos, types, versions, values the front end drops

@@ -328,7 +328,7 @@ RULES: tuple[Rule, ...] = (
          bad=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
                      "--optimizer-offload-fraction half", "megatron-lm"),
          good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
-                      "--optimizer-offload-fraction 0.5", "megatron-lm"),
+                      "--optimizer-offload-fraction 1.0", "megatron-lm"),
          flavors=frozenset({"megatron-lm"})),
     Rule("CFG006", "nemo-rl-model-overrides-conflict", ERROR, check_model_overrides_conflict,
          bad=Example("policy:\n  megatron_cfg:\n    enabled: true\n    model_overrides:\n"

@@ -14,7 +14,7 @@ _FRACTION = "optimizer.optimizer_offload_fraction"
 _DISTOPT = "optimizer.use_distributed_optimizer"
 
 
-def _legacy_nemo_rl(ctx: Context) -> bool:
+def legacy_nemo_rl(ctx: Context) -> bool:
     """NeMo-RL releases up to 0.7.0 (before NVIDIA-NeMo/RL PR #3628) require the fraction to be exactly 1.0."""
     return ctx.flavor == "nemo-rl" and ctx.env.nemo_rl_version != "main"
 
@@ -22,7 +22,7 @@ def _legacy_nemo_rl(ctx: Context) -> bool:
 def _nemo_rl_fraction_check(ctx: Context) -> Upstream | None:
     if ctx.flavor != "nemo-rl":
         return None
-    return ctx.upstream(up.NRL_LEGACY_FRACTION if _legacy_nemo_rl(ctx) else up.NRL_FRACTION)
+    return ctx.upstream(up.NRL_LEGACY_FRACTION if legacy_nemo_rl(ctx) else up.NRL_FRACTION)
 
 
 def check_fraction_zero(ctx: Context) -> Iterator[Hit]:
@@ -107,7 +107,7 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
         if not (ctx.is_set(path) and active(ctx.get(path))):
             continue
         name = path.split(".", 1)[1]
-        if ctx.flavor == "nemo-rl" and name == "overlap_cpu_optimizer_d2h_h2d" and not _legacy_nemo_rl(ctx):
+        if ctx.flavor == "nemo-rl" and name == "overlap_cpu_optimizer_d2h_h2d" and not legacy_nemo_rl(ctx):
             yield Hit(path, "overlap_cpu_optimizer_d2h_h2d=true without optimizer_cpu_offload: NeMo-RL refuses it",
                       "Set optimizer_cpu_offload=true, or overlap_cpu_optimizer_d2h_h2d=false",
                       patch={path: False}, upstream=ctx.upstream(up.NRL_OVERLAP), severity=ERROR)
@@ -198,7 +198,7 @@ def check_distributed_optimizer(ctx: Context) -> Iterator[Hit]:
     Source:
         NeMo-RL `_validate_optimizer_config`.
     """
-    if ctx.get(_SWITCH) and not ctx.get(_DISTOPT) and not _legacy_nemo_rl(ctx):
+    if ctx.get(_SWITCH) and not ctx.get(_DISTOPT) and not legacy_nemo_rl(ctx):
         yield Hit(_DISTOPT, "optimizer_cpu_offload=true without use_distributed_optimizer: NeMo-RL refuses it",
                   "Set use_distributed_optimizer=true", patch={_DISTOPT: True}, upstream=ctx.upstream(up.NRL_DISTOPT),
                   at=(_SWITCH,))
@@ -248,7 +248,7 @@ def check_adam_or_sgd(ctx: Context) -> Iterator[Hit]:
     """
     name = ctx.get("optimizer.optimizer")
     if ctx.get(_SWITCH) and name not in ("adam", "sgd"):
-        upstream = ctx.upstream(up.NRL_ADAM_SGD) if ctx.flavor == "nemo-rl" and not _legacy_nemo_rl(ctx) else None
+        upstream = ctx.upstream(up.NRL_ADAM_SGD) if ctx.flavor == "nemo-rl" and not legacy_nemo_rl(ctx) else None
         yield Hit("optimizer.optimizer", f"optimizer_cpu_offload with optimizer={name!r}: the offloaded optimizer "
                   "is SGD for anything but adam", "Use optimizer=adam (or sgd), or turn optimizer offloading off",
                   patch={"optimizer.optimizer": "adam"}, upstream=upstream, at=(_SWITCH,))
@@ -398,7 +398,7 @@ def check_nemo_rl_legacy_fraction(ctx: Context) -> Iterator[Hit]:
         NeMo-RL 0.4.0-0.7.0 `_validate_optimizer_config` (and the worker before 0.6).
     """
     fraction = ctx.get(_FRACTION)
-    if _legacy_nemo_rl(ctx) and ctx.get(_SWITCH) and 0 < fraction < 1:
+    if legacy_nemo_rl(ctx) and ctx.get(_SWITCH) and 0 < fraction < 1:
         yield Hit(_FRACTION, f"optimizer_offload_fraction={fraction}: NeMo-RL {ctx.env.nemo_rl_version} accepts only "
                   "1.0", "Set optimizer_offload_fraction=1.0, or use a NeMo-RL build from after 2026-08-18",
                   patch={_FRACTION: 1.0}, upstream=ctx.upstream(up.NRL_LEGACY_FRACTION), at=(_SWITCH,))
@@ -414,7 +414,7 @@ _NRL = ("policy:\n  megatron_cfg:\n    enabled: true\n    optimizer:\n      opti
 RULES: tuple[Rule, ...] = (
     Rule("OPT001", "optimizer-offload-fraction-zero", ERROR, check_fraction_zero,
          bad=Example("optimizer:\n  optimizer_cpu_offload: true\n" + _PAO_YAML),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 0.5\n" + _PAO_YAML),
+         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n" + _PAO_YAML),
          reads=(_SWITCH, _FRACTION), upstream=(up.NRL_FRACTION, up.NRL_LEGACY_FRACTION)),
     Rule("OPT002", "optimizer-offload-fraction-range", ERROR, check_fraction_range,
          bad=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.5\n" + _PAO_YAML),
