@@ -40,6 +40,8 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 TC_FIELDS = {f.name for f in fields(TransformerConfig)}
 OC_FIELDS = {f.name for f in fields(OptimizerConfig)}
 # What megatron-core needs besides the offload fields; small, so nothing else fails.
+# How torch says there is no GPU: the CPU build, and a CUDA build on a machine without a driver.
+_NO_GPU = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver on your system")
 MODEL_BASE = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "add_bias_linear": False,
               "attention_dropout": 0.0, "hidden_dropout": 0.0}
 
@@ -112,7 +114,7 @@ def _megatron_offload_error(stage: str, build: Any, kwargs: dict[str, Any]) -> R
             return Raised(stage, message, type(err).__name__)
         if "'NoneType' and 'Version'" in message or "FusedAdam from TransformerEngine" in message:
             return UNKNOWN  # the precision-aware optimizer's checks need Transformer Engine, absent here
-        if stage == "optimizer" and "Torch not compiled with CUDA enabled" in message:
+        if stage == "optimizer" and any(m in message for m in _NO_GPU):
             return None  # HybridDeviceOptimizer needs a GPU, which means its offload checks have passed
         raise UnrelatedRejection(f"megatron-core rejected the config for another reason ({stage}): "
                                  f"{type(err).__name__}: {message}") from err

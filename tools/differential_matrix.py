@@ -9,14 +9,18 @@ reference/differential.md (a table generated from it).
 Setup used for the committed results (Python 3.11, torch 2.13.0 CPU; a venv with torch, triton,
 pytest, hypothesis, pyyaml, jsonschema, omegaconf, typing_extensions):
 
-    for v in 0.14.0 0.15.3 0.17.1 0.18.2 0.19.2; do
+    for v in 0.14.0 0.15.3 0.16.1 0.17.1 0.18.2 0.19.2; do
         pip install --no-deps --ignore-requires-python --target /tmp/mc/$v megatron-core==$v; done
     git -C /path/to/Megatron-LM archive d98e8a64 megatron/core | tar -x -C /tmp/mc/main
+    # and a regular install on the Python megatron-core 0.17+ declares (torch 2.13.0 resolves to its CUDA
+    # build there, which runs on CPU):
+    python3.12 -m venv /tmp/py312 && /tmp/py312/bin/pip install torch==2.13.0 megatron-core==0.19.2 \\
+        pytest hypothesis pyyaml jsonschema omegaconf numpy
     python tools/differential_matrix.py --python /tmp/flagenv/bin/python \\
-        0.14.0=/tmp/mc/0.14.0 0.15.3=/tmp/mc/0.15.3 0.17.1=/tmp/mc/0.17.1 0.18.2=/tmp/mc/0.18.2 \\
-        0.19.2=/tmp/mc/0.19.2 main=/tmp/mc/shim:/tmp/mc/main 0.16.1=
+        0.14.0=/tmp/mc/0.14.0 0.15.3=/tmp/mc/0.15.3 0.16.1=/tmp/mc/0.16.1 0.17.1=/tmp/mc/0.17.1 \\
+        0.18.2=/tmp/mc/0.18.2 0.19.2=/tmp/mc/0.19.2 0.19.2=@/tmp/py312/bin/python main=/tmp/mc/shim:/tmp/mc/main
     # /tmp/mc/shim holds a sitecustomize.py that adds typing.override (Python 3.12) for main;
-    # "0.16.1=" uses the megatron-core installed in the interpreter itself.
+    # "LABEL=@PYTHON" runs another interpreter with the megatron-core installed in it.
 """
 
 from __future__ import annotations
@@ -40,16 +44,23 @@ _REACHED = re.compile(r"megatron-core offload checks raised: (\d+) of (\d+)")
 _PYTEST = re.compile(r"(\d+) (passed|failed|error)")
 
 
+def _python_version(python: str) -> str:
+    done = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True)
+    return done.stdout.strip()
+
+
 def run_one(python: str, label: str, path: str, examples: int) -> dict[str, Any]:
     env = dict(os.environ, DIFFERENTIAL_EXAMPLES=str(examples))
     env["PYTHONPATH"] = os.pathsep.join(p for p in [path, str(ROOT)] if p)
     if label == "main":
         env["MCORE_PROFILE"] = "main"
     done = subprocess.run([python, "-m", "pytest", "tests/test_differential_properties.py",
-                           "tests/test_differential.py", "tests/test_model.py", "-q", "-s", "-p", "no:cacheprovider"],
+                           "tests/test_differential.py", "tests/test_model.py", "-s", "-p", "no:cacheprovider",
+                           "-W", "ignore"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     out = done.stdout + done.stderr
-    result: dict[str, Any] = {"label": label, "exit_code": done.returncode}
+    result: dict[str, Any] = {"label": label, "exit_code": done.returncode, "python": _python_version(python)}
     if match := _SUMMARY.search(out):
         result["reported_version"] = match.group(1)
         result["counts"] = {k.strip(): int(v) for k, v in (p.rsplit(":", 1) for p in match.group(2).split(", "))}
@@ -70,15 +81,16 @@ def markdown(results: list[dict[str, Any]], pins: dict[str, Any]) -> str:
              "release's own `TransformerConfig`, `OptimizerConfig` and optimizer factory, and of "
              "`tests/test_model.py` (the parameter model and the greedy optimizer split against that release's "
              "`GPTModel`, parameter groups and `HybridDeviceOptimizer`). CI runs the 0.16.1 row.",
-             "", "| release | generated | compared | megatron-core raised (model / optimizer) | agreed | "
+             "", "| release | Python | generated | compared | megatron-core raised (model / optimizer) | agreed | "
              "rejected for other reasons | no verdict (needs TE) | offload checks reached | pytest |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         c = r.get("counts", {})
         generated = c.get("generated", 0)
         rejected = c.get("rejected for other reasons", 0)
         agreed = "all" if r["exit_code"] == 0 else "NO"
-        lines.append(f"| {r['label']} | {generated} | {generated - rejected} | {c.get('model raised', 0)} / "
+        lines.append(f"| {r['label']} | {r.get('python', '?')} | {generated} | {generated - rejected} | "
+                     f"{c.get('model raised', 0)} / "
                      f"{c.get('optimizer raised', 0)} | {agreed} | {rejected} | {c.get('optimizer no verdict', 0)} | "
                      f"{r.get('checks_reached', '?')} of {r.get('checks_registered', '?')} | "
                      f"{', '.join(f'{n} {k}' for k, n in r['pytest'].items())} |")
@@ -91,16 +103,19 @@ def markdown(results: list[dict[str, Any]], pins: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("releases", nargs="+", metavar="LABEL=PYTHONPATH")
+    parser.add_argument("releases", nargs="+", metavar="LABEL=PYTHONPATH[@PYTHON]",
+                        help="a release: its packages' directory (empty: the interpreter's own), and optionally "
+                             "the interpreter to run it with (default --python)")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--examples", type=int, default=2000)
     args = parser.parse_args(argv)
     pins = revision_pins(sys.argv)  # before the runs, which take minutes
     results = []
     for item in args.releases:
-        label, _, path = item.partition("=")
+        label, _, spec = item.partition("=")
+        path, _, python = spec.partition("@")
         print(f"running {label} ...", file=sys.stderr)
-        results.append(run_one(args.python, label, path, args.examples))
+        results.append(run_one(python or args.python, label, path, args.examples))
         print(json.dumps(results[-1]), file=sys.stderr)
     out = ROOT / "reference" / "benchmarks" / "differential.json"
     out.write_text(json.dumps({"examples_per_release": args.examples, "results": results, "revision": pins},
