@@ -43,11 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"),
                        help="input format (default: detect)")
     check.add_argument("--mcore-version", default=None, metavar="VERSION",
-                       help="megatron-core version the job runs, e.g. 0.16.1, 0.19.2, main "
-                            "(default: the newest release the rules know)")
+                       help="megatron-core version the job runs, e.g. 0.16.1, 0.19.2, main (default: the "
+                            "installed megatron-core's, read from its package metadata; else the newest release "
+                            "the rules know)")
     check.add_argument("--te-version", metavar="VERSION",
-                       help="Transformer Engine version of the job, e.g. 2.10 (default: unknown; rules that "
-                            "depend on it say so)")
+                       help="Transformer Engine version of the job, e.g. 2.10, or none when it is not "
+                            "installed (default: unknown; rules that depend on it say so)")
     check.add_argument("--nemo-rl-version", default=None, metavar="VERSION",
                        help="NeMo-RL release the config is for: 0.4 to 0.7, or main (default: main, "
                             "NVIDIA-NeMo/RL@7ea279ab)")

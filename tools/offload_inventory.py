@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.all or status == "UNCOVERED":
                     print(f"{version} {path}:{line} [{status}] {flat[:150]}")
     print(f"{covered} of {total} offload-related statements covered by a rule or listed as out of scope")
-    return 0
+    return 0 if covered == total else 1
 
 
 if __name__ == "__main__":
