@@ -20,10 +20,15 @@ from checks.yamlio import KeyPath
 
 def _register_nemo_rl_resolvers(omegaconf: Any) -> None:
     # The four resolvers NeMo-RL registers (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/utils/config.py:196-204).
+    # OmegaConf 2.4 renamed register_new_resolver to register_resolver, the name 2.0-2.3 used for the old
+    # string-argument API; the 2.4 spelling of the old name warns on every use.
+    major_minor = tuple(int(p) for p in omegaconf.__version__.split(".")[:2])
+    register = omegaconf.OmegaConf.register_resolver if major_minor >= (2, 4) else \
+        omegaconf.OmegaConf.register_new_resolver
     for name, fn in (("add", lambda a, b: a + b), ("mul", lambda a, b: a * b),
                      ("div", lambda a, b: a / b), ("max", lambda a, b: max(a, b))):
         if not omegaconf.OmegaConf.has_resolver(name):
-            omegaconf.OmegaConf.register_new_resolver(name, fn)
+            register(name, fn)
 
 
 def needs_resolution(setting: Setting) -> bool:
