@@ -104,6 +104,8 @@ def _megatron_offload_error(stage: str, build: Any, kwargs: dict[str, Any]) -> R
         if stage == "optimizer":  # main indexes model_chunks (empty here) after its offload checks
             return None
         raise UnrelatedRejection(f"megatron-core failed ({stage}): IndexError: {err}") from err
+    except NameError as err:  # 0.15's model_parallel_config.py warns through a module it never imports
+        raise UnrelatedRejection(f"megatron-core crashed ({stage}): NameError: {err}") from err
     except (AssertionError, ValueError, NotImplementedError, TypeError, RuntimeError) as err:
         message = str(err)
         frame = traceback.extract_tb(err.__traceback__)[-1]

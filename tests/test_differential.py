@@ -15,7 +15,10 @@ runs the same comparison on generated configs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import tomllib
 
 from checks.config import CanonicalConfig
 from checks.demo import Entry, entries
@@ -23,7 +26,11 @@ from checks.loaders import Request, load
 from checks.versions import version_key
 
 oracle = pytest.importorskip("oracle")  # needs torch and megatron-core
+ROOT = Path(__file__).resolve().parent.parent
 VERSION = oracle.VERSION
+# The release the test setup installs (pyproject.toml, the `test` extra).
+CI_VERSION = next(req.split("==")[1] for req in tomllib.loads((ROOT / "pyproject.toml").read_text())
+                  ["project"]["optional-dependencies"]["test"] if req.startswith("megatron-core=="))
 UNKNOWN = oracle.UNKNOWN
 compare = oracle.compare
 megatron_verdict = oracle.megatron_verdict
@@ -119,7 +126,13 @@ CASES = [(e, ()) for e in entries()] + [(e, v) for e in entries() for v in VARIA
 @pytest.mark.parametrize("entry,overrides", CASES, ids=[f"{e.name}{'+' + '+'.join(v) if v else ''}" for e, v in CASES])
 def test_examples_agree_with_megatron_core(entry: Entry, overrides: tuple[str, ...]) -> None:
     for cfg in _configs(entry, overrides):
-        compare(cfg)
+        try:
+            compare(cfg)
+        except oracle.UnrelatedRejection as err:
+            if version_key(VERSION) >= version_key(CI_VERSION):
+                raise  # the bundled examples must build on the release CI runs and every later one
+            # Recipes reconstructed from today's Bridge use features older releases refuse.
+            pytest.skip(f"megatron-core {VERSION} cannot build this config: {err}")
 
 
 @pytest.mark.parametrize("argv", ARGV_VARIANTS)

@@ -41,7 +41,7 @@ from benchmarks.common import revision_pins  # noqa: E402
 
 _SUMMARY = re.compile(r"differential against megatron-core (\S+): (.*)")
 _REACHED = re.compile(r"megatron-core offload checks raised: (\d+) of (\d+)")
-_PYTEST = re.compile(r"(\d+) (passed|failed|error)")
+_PYTEST = re.compile(r"(\d+) (passed|failed|skipped|errors?)")
 
 
 def _python_version(python: str) -> str:
