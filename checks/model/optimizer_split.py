@@ -58,15 +58,23 @@ class Split:
         return self.offloaded_numel / self.total_numel if self.total_numel else 0.0
 
 
-def greedy_offload(numels: Sequence[int], fraction: float) -> tuple[int, int]:
-    """(elements, tensors) moved to the host, exactly as ``HybridDeviceOptimizer`` chooses them."""
+def greedy_selection(numels: Sequence[int], fraction: float) -> list[bool]:
+    """Which tensors move to the host, in order, exactly as ``HybridDeviceOptimizer`` chooses them."""
     threshold = sum(numels) * fraction
-    moved = tensors = 0
+    moved = 0
+    chosen = []
     for numel in numels:
-        if moved < threshold:  # tested before adding: the last tensor taken may overshoot
+        take = moved < threshold  # tested before adding: the last tensor taken may overshoot
+        if take:
             moved += numel
-            tensors += 1
-    return moved, tensors
+        chosen.append(take)
+    return chosen
+
+
+def greedy_offload(numels: Sequence[int], fraction: float) -> tuple[int, int]:
+    """(elements, tensors) moved to the host by :func:`greedy_selection`."""
+    chosen = greedy_selection(numels, fraction)
+    return sum(n for n, c in zip(numels, chosen, strict=True) if c), sum(chosen)
 
 
 def largest_fraction_within(numels: Sequence[int], share: float, decimals: int = 4) -> float:
