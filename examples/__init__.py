@@ -1,0 +1,1 @@
+"""Runnable examples: the offload implementation, a small GPT and the example command."""
