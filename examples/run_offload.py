@@ -1,0 +1,225 @@
+"""The example command: train a small GPT with and without each kind of offloading, and compare.
+
+Every variant trains the same model from the same seed on the same batches, so losses can be compared
+step by step with the baseline. For each variant it prints peak device memory (CUDA's
+``max_memory_allocated``; on CPU, exact accounting of parameters, gradients, device-side optimizer state
+and the activations saved for backward), bytes moved each way, tokens/s and the largest loss difference
+from the baseline, and writes all of it, with revision pins, to a JSON artifact
+(schema: ``checks/schemas/offload_run.schema.json``).
+
+Usage: python examples/run_offload.py [--model dense|moe] [--variants a,b] [--steps N] [--out FILE] [--yes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from benchmarks.common import revision_pins  # noqa: E402
+from examples.gpt import GPT, GPTConfig, batches  # noqa: E402
+from examples.offload.engine import OffloadEngine, Policy  # noqa: E402
+from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy  # noqa: E402
+from examples.offload.hybrid_adam import HybridAdamW  # noqa: E402
+from examples.offload.layer import LayerOffloadConfig, LayerPolicy  # noqa: E402
+
+# A run estimated to take longer than this, or any larger-than-default run on a GPU, asks for --yes.
+BUDGET_S = 60.0
+DENSE_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm")
+MOE_MODULES = (*DENSE_MODULES, "expert_fc1", "moe_act")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to train: which offloading, with Megatron-Core's knob names."""
+
+    name: str
+    about: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def policy(self, cfg: GPTConfig) -> Policy:
+        knobs = self.settings
+        if knobs.get("cpu_offloading"):
+            return LayerPolicy(LayerOffloadConfig(**{k: v for k, v in knobs.items() if k.startswith("cpu_")}),
+                               cfg.num_layers)
+        if knobs.get("fine_grained_activation_offloading"):
+            names = ("fine_grained_activation_offloading", "offload_modules", "min_offloaded_tensor_size",
+                     "activation_offload_fraction")
+            fine = FineGrainedOffloadConfig(**{k: (tuple(v) if k == "offload_modules" else v)  # type: ignore[arg-type]
+                                               for k, v in knobs.items() if k in names})
+            return FineGrainedPolicy(fine, cfg.num_experts or None)
+        return Policy()  # nothing is offloaded; the engine still accounts for the saved activations
+
+    def optimizer(self, model: GPT) -> torch.optim.Optimizer:
+        params = list(reversed(list(model.parameters())))  # Megatron-Core's gradient-buffer order
+        if self.settings.get("optimizer_cpu_offload"):
+            return HybridAdamW(params, lr=1e-3, offload_fraction=self.settings["optimizer_offload_fraction"],
+                               split=self.settings.get("split", "greedy"),
+                               overlap=self.settings.get("overlap_cpu_optimizer_d2h_h2d", False))
+        return torch.optim.AdamW(params, lr=1e-3, fused=True)
+
+
+def variants(cfg: GPTConfig) -> dict[str, Variant]:
+    modules = list(MOE_MODULES if cfg.num_experts else DENSE_MODULES)
+    half = max(1, cfg.num_layers // 2)
+    fine = {"fine_grained_activation_offloading": True, "offload_modules": modules}
+    return {v.name: v for v in (
+        Variant("baseline", "no offloading"),
+        Variant("layer", f"layer-level: the first {half} of {cfg.num_layers} layers",
+                {"cpu_offloading": True, "cpu_offloading_num_layers": half}),
+        Variant("layer-double-buffered", "layer-level, reloads into two reused buffer sets",
+                {"cpu_offloading": True, "cpu_offloading_num_layers": half,
+                 "cpu_offloading_double_buffering": True}),
+        Variant("fine-grained", "module-level, every module this model has, tensors of >= 1024 elements",
+                {**fine, "min_offloaded_tensor_size": 1024}),
+        Variant("fine-grained-default-size", "module-level with the default 1 Mi-element threshold",
+                {**fine, "min_offloaded_tensor_size": 1024 * 1024}),
+        Variant("optimizer", "optimizer state, half of the elements (greedy, whole tensors)",
+                {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 0.5}),
+        Variant("optimizer-exact", "optimizer state, exactly half of the elements",
+                {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 0.5, "split": "exact"}),
+    )}
+
+
+DEFAULT_VARIANTS = ("baseline", "layer", "fine-grained", "fine-grained-default-size", "optimizer")
+
+
+def train(variant: Variant, cfg: GPTConfig, data: list[tuple[torch.Tensor, torch.Tensor]], seed: int,
+          device: torch.device, progress: bool = True) -> dict[str, Any]:
+    """Train one variant from scratch; return its measurements."""
+    torch.manual_seed(seed)
+    model = GPT(cfg).to(device)
+    optimizer = variant.optimizer(model)
+    engine = OffloadEngine(variant.policy(cfg), device)
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    losses, times = [], []
+    for step, (tokens, targets) in enumerate(data, start=1):
+        start = time.perf_counter()
+        with engine.forward():
+            loss = model(tokens, targets, engine)
+        loss.backward()
+        engine.end_step()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+        if progress:
+            print(f"[{variant.name}] step {step}/{len(data)} loss {losses[-1]:.4f} ({times[-1]:.2f} s)",
+                  file=sys.stderr)
+    opt_bytes = optimizer.memory_bytes() if isinstance(optimizer, HybridAdamW) else \
+        {"device": sum(p.numel() for p in model.parameters()) * 8, "host": 0}  # fp32 exp_avg + exp_avg_sq
+    accounted = 2 * param_bytes + opt_bytes["device"] + engine.stats.device_peak_bytes  # params + grads
+    measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    timed = times[1:] if len(times) > 2 else times  # the first step pays for allocations and the plan
+    d2h = engine.transfer.d2h_bytes + getattr(optimizer, "d2h_bytes", 0)
+    h2d = engine.transfer.h2d_bytes + getattr(optimizer, "h2d_bytes", 0)
+    return {
+        "name": variant.name, "about": variant.about, "settings": variant.settings,
+        "peak_device_bytes": measured if measured is not None else accounted,
+        "peak_device_source": "cuda max_memory_allocated" if measured is not None else "accounting",
+        "accounted_peak_device_bytes": accounted,
+        "activation_peak_device_bytes": engine.stats.device_peak_bytes,
+        "optimizer_device_bytes": opt_bytes["device"],
+        "host_peak_bytes": engine.stats.host_peak_bytes + opt_bytes["host"],
+        "d2h_bytes_per_step": d2h // len(data), "h2d_bytes_per_step": h2d // len(data),
+        "tensors_offloaded_per_step": engine.stats.tensors_offloaded // len(data),
+        "tokens_per_s": len(timed) * data[0][0].numel() / sum(timed),
+        "losses": losses,
+    }
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = ("variant", "peak device", "activations", "optim. dev.", "host peak", "D2H/step", "H2D/step",
+            "tokens/s", "max |dloss|")
+    rows = [head] + [(r["name"], _mib(r["peak_device_bytes"]), _mib(r["activation_peak_device_bytes"]),
+                      _mib(r["optimizer_device_bytes"]), _mib(r["host_peak_bytes"]), _mib(r["d2h_bytes_per_step"]),
+                      _mib(r["h2d_bytes_per_step"]), f"{r['tokens_per_s']:.0f}", f"{r['max_abs_loss_delta']:.2e}")
+                     for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                               enumerate(zip(row, widths, strict=True))) for row in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("dense", "moe"), default="dense")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help="comma-separated; 'all' for every one (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=GPTConfig.num_layers)
+    parser.add_argument("--hidden", type=int, default=GPTConfig.hidden_size)
+    parser.add_argument("--seq-len", type=int, default=GPTConfig.seq_len)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("offload_run.json"))
+    parser.add_argument("--yes", action="store_true", help="run even if it is estimated to take longer than "
+                        f"{BUDGET_S:.0f} s, or is larger than the default on a GPU")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.batch_size < 1 or args.layers < 2 or args.hidden < 8 or args.seq_len < 2:
+        parser.error("--steps and --batch-size must be >= 1, --layers >= 2, --hidden >= 8, --seq-len >= 2")
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda, but torch sees no CUDA device")
+    base = GPTConfig(num_experts=4 if args.model == "moe" else 0)
+    cfg = replace(base, num_layers=args.layers, hidden_size=args.hidden, seq_len=args.seq_len,
+                  ffn_hidden_size=4 * args.hidden, moe_ffn_hidden_size=2 * args.hidden)
+    menu = variants(cfg)
+    chosen = list(menu) if args.variants == "all" else [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in menu]
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; choose from {', '.join(menu)} or 'all'")
+    if "baseline" not in chosen:
+        chosen.insert(0, "baseline")  # every comparison is against it
+    data = batches(cfg, args.batch_size, args.steps, args.seed, device)
+
+    probe = train(menu["baseline"], cfg, data[:1], args.seed, device, progress=False)
+    estimate_s = len(chosen) * args.steps * data[0][0].numel() / probe["tokens_per_s"] * 1.5
+    larger = cfg != base or args.batch_size > 8
+    if not args.yes and (estimate_s > BUDGET_S or (device.type == "cuda" and larger)):
+        where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+            f"{torch.get_num_threads()} CPU threads"
+        print(f"this run would train {len(chosen)} variants x {args.steps} steps of a "
+              f"{cfg.num_parameters / 1e6:.1f} M-parameter model on {where}, about {estimate_s:.0f} s; "
+              "pass --yes to run it", file=sys.stderr)
+        return 2
+
+    results = [train(menu[name], cfg, data, args.seed, device) for name in chosen]
+    baseline = results[0]["losses"]
+    for r in results:
+        r["max_abs_loss_delta"] = max(abs(a - b) for a, b in zip(r["losses"], baseline, strict=True))
+    print(table(results))
+    artifact = {
+        "artifact": "offload_run", "model": {"kind": args.model, **asdict(cfg)},
+        "steps": args.steps, "batch_size": args.batch_size, "seed": args.seed,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "variants": results,
+        "revision": revision_pins(sys.argv if argv is None else ["examples/run_offload.py", *argv]),
+    }
+    args.out.write_text(json.dumps(artifact, indent=2) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""The example command: its table, its artifact (validated against the schema in checks/) and its guard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+jsonschema = pytest.importorskip("jsonschema")
+
+from examples import run_offload  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((ROOT / "checks" / "schemas" / "offload_run.schema.json").read_text())
+TINY = ["--steps", "2", "--layers", "2", "--hidden", "32", "--seq-len", "16", "--batch-size", "2", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("model", ["dense", "moe"])
+def test_artifact_validates_and_every_variant_matches_the_baseline(tmp_path: Path, model: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.json"
+    assert run_offload.main([*TINY, "--model", model, "--variants", "all", "--out", str(out)]) == 0
+    artifact = json.loads(out.read_text())
+    jsonschema.validate(artifact, SCHEMA)
+    names = [v["name"] for v in artifact["variants"]]
+    assert names == list(run_offload.variants(run_offload.GPTConfig(num_layers=2)))
+    by_name = {v["name"]: v for v in artifact["variants"]}
+    assert all(v["max_abs_loss_delta"] == 0 for v in artifact["variants"])  # offloading changes no bit
+    assert by_name["layer"]["activation_peak_device_bytes"] < by_name["baseline"]["activation_peak_device_bytes"]
+    assert by_name["fine-grained-default-size"]["d2h_bytes_per_step"] == 0  # 1 Mi elements: nothing qualifies
+    assert by_name["optimizer"]["optimizer_device_bytes"] < by_name["baseline"]["optimizer_device_bytes"]
+    assert artifact["revision"]["command"].endswith(f"--out {out}")
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split()[:3] == ["variant", "peak", "device"]
+    assert len(table.splitlines()) == 1 + len(names)
+
+
+def test_baseline_is_always_run_first(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    assert run_offload.main([*TINY, "--variants", "layer", "--out", str(out)]) == 0
+    assert [v["name"] for v in json.loads(out.read_text())["variants"]] == ["baseline", "layer"]
+
+
+def test_a_long_run_asks_for_yes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(run_offload, "BUDGET_S", 0.0)
+    out = tmp_path / "run.json"
+    assert run_offload.main([*TINY, "--out", str(out)]) == 2
+    assert "pass --yes to run it" in capsys.readouterr().err and not out.exists()
+    assert run_offload.main([*TINY, "--out", str(out), "--yes"]) == 0
+
+
+def test_unknown_variant_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        run_offload.main(["--variants", "layers"])
+    assert err.value.code == 2
+    assert "unknown variant(s) ['layers']" in capsys.readouterr().err
