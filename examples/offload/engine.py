@@ -266,6 +266,10 @@ class OffloadEngine:
         if block.users == 0:
             if block.reload_key is not None:
                 self._residency.drop(block.reload_key)
+            # A prefetched block that backward never read: the compute stream has not waited for its copy,
+            # and must before the memory goes back. See Note: [Keep the source alive until its copy finishes]
+            if block.device is not None:
+                self.transfer.wait(block.reloaded)
             block.device = None
             if block.host is not None:
                 self.stats.host_bytes -= block.numel * block.dtype.itemsize
