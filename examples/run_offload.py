@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
               "pass --yes to run it", file=sys.stderr)
         return 2
 
+    started = time.perf_counter()
     results = [train(menu[name], cfg, data, args.seed, device) for name in chosen]
     baseline = results[0]["losses"]
     for r in results:
@@ -212,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     artifact = {
         "artifact": "offload_run", "model": {"kind": args.model, **asdict(cfg)},
         "steps": args.steps, "batch_size": args.batch_size, "seed": args.seed,
+        "wall_s": round(time.perf_counter() - started, 2),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "variants": results,
         "revision": revision_pins(sys.argv if argv is None else ["examples/run_offload.py", *argv]),
