@@ -212,6 +212,8 @@ class OffloadEngine:
         finally:
             self._open = outer
         group.offload = self.policy.offloads(group) and bool(group.slots)
+        if not group.offload and not any(g.offload for g in self._groups):
+            return out  # nothing to offload here and nothing before it to prefetch: the commit would do nothing
         return _Commit.apply(self, group, out)
 
     def end_step(self) -> None:
