@@ -38,7 +38,7 @@ GOAL_RATIO = 1.03
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60, help="timed steps of each kind (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=100, help="timed steps of each kind (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=ROOT / "reference" / "benchmarks" / "hook_overhead.json")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
