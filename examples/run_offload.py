@@ -159,6 +159,14 @@ def table(results: list[dict[str, Any]]) -> str:
                                enumerate(zip(row, widths, strict=True))) for row in rows)
 
 
+def loss_table(results: list[dict[str, Any]]) -> str:
+    """Loss per step for every variant, under the main table."""
+    steps = len(results[0]["losses"])
+    width = max(len(r["name"]) for r in results)
+    head = "loss by step".ljust(width) + "".join(f"{i:>9}" for i in range(1, steps + 1))
+    return "\n".join([head] + [r["name"].ljust(width) + "".join(f"{x:9.4f}" for x in r["losses"]) for r in results])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("dense", "moe"), default="dense")
@@ -210,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         r["max_abs_loss_delta"] = max(abs(a - b) for a, b in zip(r["losses"], baseline, strict=True))
     print(table(results))
+    print()
+    print(loss_table(results))
     artifact = {
         "artifact": "offload_run", "model": {"kind": args.model, **asdict(cfg)},
         "steps": args.steps, "batch_size": args.batch_size, "seed": args.seed,

@@ -32,9 +32,11 @@ def test_artifact_validates_and_every_variant_matches_the_baseline(tmp_path: Pat
     assert by_name["fine-grained-default-size"]["d2h_bytes_per_step"] == 0  # 1 Mi elements: nothing qualifies
     assert by_name["optimizer"]["optimizer_device_bytes"] < by_name["baseline"]["optimizer_device_bytes"]
     assert artifact["revision"]["command"].endswith(f"--out {out}")
-    table = capsys.readouterr().out
-    assert table.splitlines()[0].split()[:3] == ["variant", "peak", "device"]
-    assert len(table.splitlines()) == 1 + len(names)
+    main_table, losses = capsys.readouterr().out.split("\n\n")
+    assert main_table.splitlines()[0].split()[:3] == ["variant", "peak", "device"]
+    assert len(main_table.splitlines()) == 1 + len(names)
+    assert losses.splitlines()[0].split() == ["loss", "by", "step", "1", "2"]
+    assert [line.split()[0] for line in losses.splitlines()[1:]] == names
 
 
 def test_baseline_is_always_run_first(tmp_path: Path) -> None:
