@@ -1,0 +1,118 @@
+"""The activation profiles against bytes measured by saved-tensor accounting, on CPU.
+
+Real ``transformers`` models (Llama and Qwen3-MoE, built from configs with random weights, no downloads)
+and the example GPT run a forward pass under saved-tensor hooks; each storage is attributed to the layer
+whose forward first saves it. The profile's prediction must be within 3% of the measurement at every
+point of a grid of sequence lengths and micro-batch sizes (it is exact by construction, so 3% is slack
+for nothing but a change upstream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from checks.plan.activations import (  # noqa: E402
+    Dims,
+    bytes_per_token,
+    example_gpt,
+    hf_llama,
+    hf_qwen3_moe,
+    per_layer_qwen3_moe,
+    per_model_hf_rope,
+)
+
+TOLERANCE = 0.03
+GRID = [(1, 16), (2, 64), (4, 128), (3, 96)]  # (micro-batch size, sequence length)
+
+
+def measure(run: Callable[[], Any], layers: list[Any]) -> list[int]:
+    """Bytes of the storages first saved during each layer's forward (parameters excluded)."""
+    current: list[int | None] = [None]
+    seen: set[int] = set()
+    per_layer = [0] * len(layers)
+    handles = []
+    for index, layer in enumerate(layers):
+        handles.append(layer.register_forward_pre_hook(lambda m, a, i=index: current.__setitem__(0, i)))
+        handles.append(layer.register_forward_hook(lambda m, a, o: current.__setitem__(0, None)))
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if isinstance(tensor, torch.nn.Parameter) or isinstance(tensor._base, torch.nn.Parameter):
+            return tensor
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            if current[0] is not None:
+                per_layer[current[0]] += storage.nbytes()
+        return tensor
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return per_layer
+
+
+def _close(measured: float, predicted: float) -> None:
+    assert abs(predicted - measured) <= TOLERANCE * measured, (measured, predicted)
+
+
+LLAMA = [Dims(64, 4, 2, 16, 96), Dims(96, 6, 6, 16, 160), Dims(128, 8, 2, 32, 344)]
+
+
+@pytest.mark.parametrize("dims", LLAMA, ids=lambda d: f"h{d.hidden}-kv{d.kv_heads}")
+@pytest.mark.parametrize("batch,seq", GRID)
+def test_hf_llama_layer(dims: Dims, batch: int, seq: int) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=128, hidden_size=dims.hidden, intermediate_size=dims.ffn, num_hidden_layers=3,
+                         num_attention_heads=dims.heads, num_key_value_heads=dims.kv_heads, head_dim=dims.head_dim,
+                         max_position_embeddings=256, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    ids = torch.randint(0, 128, (batch, seq))
+    measured = measure(lambda: model(input_ids=ids, labels=ids).loss, list(model.model.layers))
+    predicted = bytes_per_token(hf_llama(dims)) * batch * seq
+    _close(measured[1], predicted)
+    _close(measured[0], predicted + per_model_hf_rope(seq, dims.head_dim))  # the first layer saves cos/sin
+
+
+QWEN = [(Dims(64, 4, 2, 16, 0, experts=8, top_k=2, moe_ffn=48)),
+        (Dims(96, 6, 3, 16, 0, experts=16, top_k=4, moe_ffn=32))]
+
+
+@pytest.mark.parametrize("dims", QWEN, ids=lambda d: f"E{d.experts}-k{d.top_k}")
+@pytest.mark.parametrize("batch,seq", GRID)
+def test_hf_qwen3_moe_layer(dims: Dims, batch: int, seq: int) -> None:
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    config = Qwen3MoeConfig(vocab_size=128, hidden_size=dims.hidden, intermediate_size=4 * dims.hidden,
+                            moe_intermediate_size=dims.moe_ffn, num_hidden_layers=3, num_attention_heads=dims.heads,
+                            num_key_value_heads=dims.kv_heads, head_dim=dims.head_dim, num_experts=dims.experts,
+                            num_experts_per_tok=dims.top_k, max_position_embeddings=256, attn_implementation="sdpa",
+                            norm_topk_prob=True)
+    torch.manual_seed(0)
+    model = Qwen3MoeForCausalLM(config)
+    ids = torch.randint(0, 128, (batch, seq))
+    measured = measure(lambda: model(input_ids=ids, labels=ids).loss, list(model.model.layers))
+    predicted = bytes_per_token(hf_qwen3_moe(dims)) * batch * seq + per_layer_qwen3_moe(dims.experts)
+    _close(measured[1], predicted)
+
+
+@pytest.mark.parametrize("experts", [0, 4])
+@pytest.mark.parametrize("batch,seq", GRID)
+def test_example_gpt_layer(experts: int, batch: int, seq: int) -> None:
+    from examples.gpt import GPT, GPTConfig, batches
+    cfg = GPTConfig(vocab_size=128, seq_len=seq, num_layers=3, hidden_size=64, num_heads=4, ffn_hidden_size=96,
+                    num_experts=experts, moe_top_k=2, moe_ffn_hidden_size=48)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    tokens, targets = batches(cfg, batch, 1, seed=0, device=torch.device("cpu"))[0]
+    measured = measure(lambda: model(tokens, targets), list(model.blocks))
+    dims = Dims(64, 4, 4, 16, 96, gated=False, layernorm=True, rope=False, experts=experts,
+                top_k=2 if experts else 0, moe_ffn=48 if experts else 0)
+    _close(measured[1], bytes_per_token(example_gpt(dims)) * batch * seq)
