@@ -7,11 +7,14 @@ import contextlib
 import json
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from checks import __version__
 from checks.config import Environment
 from checks.errors import InputError
+
+if TYPE_CHECKING:
+    from checks.plan.setup import Job
 
 _EPILOG = """exit codes: 0 no error findings; 1 error findings (or warnings with --strict);
 2 usage error or unreadable input.
@@ -68,7 +71,68 @@ def _parser() -> argparse.ArgumentParser:
 
     examples = sub.add_parser("examples", help="check every bundled example config against its expected findings")
     examples.add_argument("--format", default="text", choices=("text", "json"))
+
+    plan = sub.add_parser("plan", help="memory per GPU and per node, each offload mechanism's effect and cost, "
+                          "and what to set", epilog=_PLAN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    plan.add_argument("files", nargs="*", metavar="FILE", help="a config, as for check (or use --preset)")
+    plan.add_argument("--preset", help="a model by name: " + ", ".join(_preset_names()) + "; with a config, "
+                      "the model when the config does not state its dimensions")
+    plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    plan.add_argument("--argv", help="Megatron-LM flags as one string (as for check)")
+    plan.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"))
+    plan.add_argument("--mcore-version", default=None, metavar="VERSION")
+    plan.add_argument("--nemo-rl-version", default=None, metavar="VERSION")
+    plan.add_argument("--gpus", type=_positive_int, help="GPUs the job runs on (sets the data-parallel size)")
+    plan.add_argument("--seq-length", type=_positive_int)
+    plan.add_argument("--micro-batch-size", type=_positive_int)
+    plan.add_argument("--global-batch-size", type=_positive_int)
+    plan.add_argument("--hardware", default="h100-sxm", help="a node type: " + ", ".join(_hardware_names())
+                      + " (default: %(default)s)")
+    plan.add_argument("--profile", help="a node profile written by python -m checks probe (replaces --hardware)")
+    plan.add_argument("--gpu-memory-gib", type=float, help="GPU memory to plan for, instead of the hardware's")
+    plan.add_argument("--headroom", type=float, default=0.1,
+                      help="share of GPU memory kept free (default: %(default)s)")
+    plan.add_argument("--mfu", type=float, default=0.4, help="model-FLOPs utilisation for the step-time "
+                      "estimate (default: %(default)s)")
+    plan.add_argument("--format", default="text", choices=("text", "json"))
+    plan.add_argument("--plot", metavar="FILE.png", help="plot peak memory against the optimizer offload fraction")
+    plan.set_defaults(variables=[], te_version=None)  # what check's environment options would give
+
+    probe = sub.add_parser("probe", help="measure this node (host link, host AdamW, host memory) into a profile "
+                           "that plan --profile reads; imports torch")
+    probe.add_argument("--base", default="h100-sxm", help="hardware entry for what is not measured (default: "
+                       "%(default)s)")
+    probe.add_argument("--out", default="node_profile.json")
+    probe.add_argument("--elements", type=_positive_int, default=16_000_000,
+                       help="elements per host AdamW measurement (default: %(default)s)")
     return parser
+
+
+_PLAN_EPILOG = """exit codes: 0 the job fits as configured; 1 it does not (the recommendation says what
+would); 2 usage error or unreadable input.
+Figures are estimates from the model in checks/plan/ (see reference/memory-model.md)."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _preset_names() -> list[str]:
+    from checks.plan.presets import PRESETS
+
+    return list(PRESETS)
+
+
+def _hardware_names() -> list[str]:
+    from checks.plan.hardware import HARDWARE
+
+    return list(HARDWARE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,6 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from checks.demo import run_examples
 
             return run_examples(args.format)
+        if args.command == "plan":
+            return _plan(args)
+        if args.command == "probe":
+            from checks.plan.probe import probe
+
+            return probe(args.base, args.out, args.elements)
     except InputError as err:
         print(f"error: {err.render()}", file=sys.stderr)
         return 2
@@ -188,3 +258,77 @@ def _explain(rule_ids: Sequence[str]) -> int:
             return 2
     print("\n\n".join(texts))
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from checks.context import Context
+    from checks.loaders import Request, load
+    from checks.plan import render
+    from checks.plan.hardware import GB, HARDWARE, load_profile
+    from checks.plan.presets import PRESETS
+    from checks.plan.recommend import Budget, recommend
+    from checks.plan.setup import from_config, from_preset
+
+    if not (args.preset or args.files or args.argv or args.overrides):
+        raise InputError("plan", "give a config (FILE, --set, --argv), --preset NAME, or both (the preset then "
+                                 "supplies the model when the config does not state its dimensions)")
+    if not 0 <= args.headroom < 1 or not 0 < args.mfu <= 1:
+        raise InputError("plan", "--headroom must be in [0, 1) and --mfu in (0, 1]")
+    if args.profile:
+        hardware = load_profile(args.profile)
+    elif args.hardware in HARDWARE:
+        hardware = HARDWARE[args.hardware]
+    else:
+        raise InputError("--hardware", f"unknown hardware {args.hardware!r}; known: {', '.join(HARDWARE)}")
+    if args.gpu_memory_gib is not None:
+        if args.gpu_memory_gib <= 0:
+            raise InputError("--gpu-memory-gib", "must be positive")
+        hardware = replace(hardware, gpu_memory_bytes=int(args.gpu_memory_gib * 2**30),
+                           name=f"{hardware.name} with {args.gpu_memory_gib:g} GiB")
+    del GB
+    if args.preset and args.preset not in PRESETS:
+        raise InputError("--preset", f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
+    preset = PRESETS[args.preset] if args.preset else None
+    if not (args.files or args.argv or args.overrides):
+        assert preset is not None
+        job = from_preset(preset)
+    else:
+        version, env = environment(args)
+        configs = load(Request(tuple(args.files), tuple(args.overrides), args.argv, args.flavor, version, env))
+        found = from_config(Context(configs[0]), preset=preset)
+        if isinstance(found, str):
+            raise InputError(args.files[0] if args.files else "--argv", found)
+        job = found
+    job = _adjust(job, args)
+    try:
+        rec = recommend(job.training, Budget(hardware, args.headroom, mfu=args.mfu))
+    except ValueError as err:  # a layout the model cannot split (e.g. layers over pipeline stages)
+        raise InputError("plan", str(err)) from None
+    print(render.render_json(job, rec) if args.format == "json" else render.render_text(job, rec))
+    if args.plot:
+        render.plot(job, rec, args.plot)
+    return render.exit_code(job, rec)
+
+
+def _adjust(job: Job, args: argparse.Namespace) -> Job:
+    """Command-line training dimensions over the config's or the preset's."""
+    from dataclasses import replace
+
+    t = job.training
+    notes = list(job.assumptions)
+    data_parallel = t.data_parallel
+    if args.gpus:
+        per_replica = t.par.tensor * t.par.pipeline * t.context_parallel
+        if args.gpus % per_replica:
+            raise InputError("--gpus", f"{args.gpus} GPUs are not a multiple of TP x PP x CP = {per_replica}")
+        data_parallel = args.gpus // per_replica
+        notes = [n for n in notes if "data-parallel size" not in n]
+    micro = args.micro_batch_size or t.micro_batch_size
+    global_batch = args.global_batch_size or t.global_batch_size
+    if args.gpus and not args.global_batch_size and job.source.startswith("preset"):
+        global_batch = data_parallel * micro * 8
+    training = replace(t, data_parallel=data_parallel, seq_length=args.seq_length or t.seq_length,
+                       micro_batch_size=micro, global_batch_size=global_batch)
+    return replace(job, training=training, assumptions=tuple(notes))

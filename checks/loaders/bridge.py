@@ -30,6 +30,8 @@ _TORCH_DTYPES: Mapping[str, str] = {
 _RUN_KEYS: Mapping[tuple[str, str], str] = {
     ("train", "skip_train"): "run.skip_train",
     ("train", "rampup_batch_size"): "run.rampup_batch_size",
+    ("train", "micro_batch_size"): "run.micro_batch_size",
+    ("train", "global_batch_size"): "run.global_batch_size",
     ("dist", "use_megatron_fsdp"): "run.use_megatron_fsdp",
     ("ddp", "use_megatron_fsdp"): "run.use_megatron_fsdp",
     ("ddp", "megatron_fsdp_version"): "run.megatron_fsdp_version",  # Bridge's own DDP field

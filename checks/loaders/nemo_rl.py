@@ -102,6 +102,10 @@ def _canonical(tree: trees.Tree, target: str, request: Request) -> CanonicalConf
     precision = trees.get(tree, (target, "precision"))
     if isinstance(precision, Setting) and isinstance(precision.value, str) and precision.value in _DTYPES:
         mapper.derive("model.params_dtype", _DTYPES[precision.value], precision, "from policy.precision")
+    for where, path in _run_keys(target):
+        node = trees.get(tree, where)
+        if isinstance(node, Setting):
+            mapper.settings[path] = node
     existing = {".".join(map(str, keys)) for keys, _ in trees.leaves(tree)}
     if isinstance(enabled, Setting) and enabled.value is False:
         reason = f"{target}.megatron_cfg.enabled is false: the Megatron backend is not used, so no Megatron " \
@@ -116,9 +120,19 @@ def _canonical(tree: trees.Tree, target: str, request: Request) -> CanonicalConf
     )
 
 
+def _run_keys(target: str) -> list[tuple[tuple[str, ...], str]]:
+    """Launcher-level values the planner reads: the model, the sequence and batch sizes, the cluster."""
+    return [((target, "model_name"), "run.model_name"),
+            ((target, "max_total_sequence_length"), "run.seq_length"),
+            ((target, "train_micro_batch_size"), "run.micro_batch_size"),
+            ((target, "train_global_batch_size"), "run.global_batch_size"),
+            (("cluster", "gpus_per_node"), "run.gpus_per_node"),
+            (("cluster", "num_nodes"), "run.num_nodes")]
+
+
 def _wanted(tree: trees.Tree, target: str) -> list[tuple[Any, ...]]:
     keys = [k for k, _ in trees.leaves(tree) if k[:2] == (target, "megatron_cfg")]
-    return keys + [(target, "precision")]
+    return keys + [(target, "precision")] + [k for k, _ in _run_keys(target) if trees.get(tree, k) is not None]
 
 
 class _Mapper:

@@ -113,6 +113,77 @@ def optimizer_order(chunks: Sequence[Sequence[Tensor]], expert: bool, version: s
     return [t for group in groups for chunk in mine for t in reversed(chunk) if decayed(t) == group]
 
 
+def _pad(value: int, divisor: int) -> int:
+    return -(-value // divisor) * divisor
+
+
+def shard_pieces(chunks: Sequence[Sequence[Tensor]], expert: bool, dp: int, version: str,
+                 bucket_size: int | None = None, own_bucket: frozenset[str] = frozenset(),
+                 wd_on_qk_norms: bool = False) -> list[list[tuple[Tensor, int]]]:
+    """Each data-parallel rank's pieces of the parameters, in ``HybridDeviceOptimizer``'s order.
+
+    The distributed optimizer lays each model chunk's parameters out in a gradient buffer in reverse
+    order, each start padded to 64 elements, cut into buckets of about ``bucket_size`` elements (one
+    bucket when it is None, i.e. without ``overlap_grad_reduce``), a shared embedding in a bucket of its
+    own, each bucket padded to a multiple of ``lcm(dp, 128)``, and gives rank ``r`` the ``r``-th of ``dp``
+    equal slices of every bucket (NVIDIA/Megatron-LM@5be96267:megatron/core/optimizer/param_layout.py:24-43,
+    megatron/core/optimizer/distrib_optimizer.py:552-590). A rank's "tensors" are its slices of the
+    parameters, walked group by group (:func:`optimizer_order`).
+    """
+    ordered_groups = optimizer_order(chunks, expert, version, wd_on_qk_norms)
+    group_of = {id(t): i for i, t in enumerate(ordered_groups)}
+    ranks: list[list[tuple[int, Tensor, int]]] = [[] for _ in range(dp)]  # (order key, tensor, piece)
+    for chunk in chunks:
+        layout: list[tuple[Tensor, int, int]] = []
+        buckets: list[tuple[int, int]] = []
+        start = bucket_start = 0
+        mine = [t for t in reversed(chunk) if t.expert == expert]
+        for index, tensor in enumerate(mine):
+            start = _pad(start, 64)
+            if tensor.name in own_bucket and start > bucket_start:
+                bucket_start = start = _close(buckets, start, bucket_start, dp)
+            end = start + tensor.numel
+            layout.append((tensor, start, end))
+            last = index == len(mine) - 1
+            if (bucket_size is not None and end - bucket_start >= bucket_size) or tensor.name in own_bucket:
+                bucket_start = start = _close(buckets, end, bucket_start, dp)
+            else:
+                start = end
+            if last and (not buckets or buckets[-1][1] < end):
+                _close(buckets, end, bucket_start, dp)
+        for first, last_end in buckets:
+            size = (last_end - first) // dp
+            for rank in range(dp):
+                low, high = first + rank * size, first + (rank + 1) * size
+                for tensor, begin, end in layout:
+                    piece = min(end, high) - max(begin, low)
+                    if piece > 0:
+                        ranks[rank].append((group_of[id(tensor)], tensor, piece))
+    # Group by group (a stable sort keeps the buffer order inside each group), as optimizer_order does.
+    groups = _group_sequence(ordered_groups, version, wd_on_qk_norms)
+    return [[(t, n) for _, t, n in sorted(pieces, key=lambda p: groups[p[0]])] for pieces in ranks]
+
+
+def _close(buckets: list[tuple[int, int]], end: int, first: int, dp: int) -> int:
+    """End a bucket at ``end``, padded to a multiple of ``lcm(dp, 128)``; return where the next starts."""
+    padded = _pad(end, math.lcm(dp, 128))
+    buckets.append((first, padded))
+    return padded
+
+
+def _group_sequence(ordered: Sequence[Tensor], version: str, wd_on_qk_norms: bool) -> list[int]:
+    """For each tensor in optimizer order, the rank of its parameter group."""
+    out, group, previous = [], 0, None
+    for tensor in ordered:
+        qk_norm = "q_layernorm." in tensor.name or "k_layernorm." in tensor.name
+        decayed = tensor.matrix or (wd_on_qk_norms and qk_norm and version_key(version) >= (0, 16))
+        if previous is not None and decayed != previous:
+            group += 1
+        previous = decayed
+        out.append(group)
+    return out
+
+
 def predict(shape: ModelShape, par: Parallelism, fraction: float, version: str,
             wd_on_qk_norms: bool = False) -> tuple[Split, ...] | None:
     """The split on every pipeline stage, for a rank that holds whole tensors; None for an unmodelled layout."""

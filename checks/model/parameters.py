@@ -111,12 +111,32 @@ def _linear(prefix: str, rows: int, cols: int, bias: int, expert: bool = False, 
 
 def _layer(shape: ModelShape, par: Parallelism, prefix: str, layer: int) -> list[Tensor]:
     h, tp, te = shape.hidden_size, par.tensor, shape.transformer_engine
+    kind = shape.layer_kind(layer)
+    if kind == "M":
+        return _mamba(shape, par, prefix + "mixer.")
+    out: list[Tensor] = []
+    if kind in ("A", "AE", "*"):
+        out += _attention(shape, par, prefix)
+    if kind in ("-", "A"):
+        if not te:
+            out += _norm(shape, prefix + "pre_mlp_layernorm.", h)
+        out += _mlp(shape, prefix + "mlp.", shape.ffn_hidden_size // tp, fused_norm=te)
+    elif kind in ("AE", "E"):
+        out += _norm(shape, prefix + "pre_mlp_layernorm.", h)
+        out += _moe(shape, par, prefix + "mlp.")
+    return out
+
+
+def _attention(shape: ModelShape, par: Parallelism, prefix: str) -> list[Tensor]:
+    h, tp, te = shape.hidden_size, par.tensor, shape.transformer_engine
+    attn = prefix + "self_attention."
+    if shape.mla is not None:
+        return _norm(shape, prefix + "input_layernorm.", h) + _mla(shape, par, attn)
     q = shape.num_attention_heads * shape.kv_channels
     qkv = (q + 2 * shape.num_query_groups * shape.kv_channels) // tp
     out: list[Tensor] = []
     if not te:
         out += _norm(shape, prefix + "input_layernorm.", h)
-    attn = prefix + "self_attention."
     out += _linear(attn + "linear_proj.", h, q // tp, h if shape.add_bias_linear else 0)
     if te:
         out += _norm(shape, attn + "linear_qkv.", h, fused=True)
@@ -124,14 +144,54 @@ def _layer(shape: ModelShape, par: Parallelism, prefix: str, layer: int) -> list
     if shape.qk_layernorm:
         out += _norm(shape, attn + "q_layernorm.", shape.kv_channels)
         out += _norm(shape, attn + "k_layernorm.", shape.kv_channels)
-    moe = shape.moe is not None and shape.moe.layers[layer]
-    if not te or moe:
-        out += _norm(shape, prefix + "pre_mlp_layernorm.", h)
-    if moe:
-        out += _moe(shape, par, prefix + "mlp.")
-    else:
-        out += _mlp(shape, prefix + "mlp.", shape.ffn_hidden_size // tp, fused_norm=te)
     return out
+
+
+def _mla(shape: ModelShape, par: Parallelism, prefix: str) -> list[Tensor]:
+    """``MLASelfAttention`` with the Transformer Engine spec (``transformer/multi_latent_attention.py``).
+
+    The down projections are replicated across tensor-parallel ranks; the up projections (with their
+    fused latent norms) and the output projection are split. The order among them is approximate.
+    """
+    mla = shape.mla
+    assert mla is not None
+    h, tp, heads = shape.hidden_size, par.tensor, shape.num_attention_heads
+    qk = mla.qk_head_dim + mla.qk_pos_emb_head_dim
+    out = _linear(prefix + "linear_proj.", h, heads * mla.v_head_dim // tp, 0)
+    if mla.q_lora_rank:
+        out += _linear(prefix + "linear_q_down_proj.", mla.q_lora_rank, h, 0)
+        out += _norm(shape, prefix + "linear_q_up_proj.", mla.q_lora_rank, fused=True)
+        out += _linear(prefix + "linear_q_up_proj.", heads * qk // tp, mla.q_lora_rank, 0)
+    else:
+        out += _linear(prefix + "linear_q_proj.", heads * qk // tp, h, 0)
+    out += _linear(prefix + "linear_kv_down_proj.", mla.kv_lora_rank + mla.qk_pos_emb_head_dim, h, 0)
+    out += _norm(shape, prefix + "linear_kv_up_proj.", mla.kv_lora_rank, fused=True)
+    out += _linear(prefix + "linear_kv_up_proj.", heads * (mla.qk_head_dim + mla.v_head_dim) // tp,
+                   mla.kv_lora_rank, 0)
+    return out
+
+
+def _mamba(shape: ModelShape, par: Parallelism, prefix: str) -> list[Tensor]:
+    """A Mamba-2 mixer (``ssm/mamba_mixer.py``): in_proj with its fused norm, conv1d, per-head SSM
+    parameters, the gated norm and out_proj, tensor-parallel over heads. The order is approximate."""
+    hy = shape.hybrid
+    assert hy is not None
+    h, tp = shape.hidden_size, par.tensor
+    d_inner = hy.d_inner // tp
+    groups_state = 2 * hy.num_groups * hy.state_dim // tp
+    heads = hy.num_heads // tp
+    conv = d_inner + groups_state
+    return [
+        *_norm(shape, prefix + "in_proj.", h, fused=True),
+        Tensor(prefix + "in_proj.weight", (2 * d_inner + groups_state + heads) * h),
+        Tensor(prefix + "conv1d.weight", conv * hy.conv_kernel),
+        Tensor(prefix + "conv1d.bias", conv, matrix=False),
+        Tensor(prefix + "dt_bias", heads, matrix=False),
+        Tensor(prefix + "A_log", heads, matrix=False),
+        Tensor(prefix + "D", heads, matrix=False),
+        Tensor(prefix + "norm.weight", d_inner, matrix=False),
+        Tensor(prefix + "out_proj.weight", h * d_inner),
+    ]
 
 
 def _mlp(shape: ModelShape, prefix: str, ffn: int, fused_norm: bool = False, expert: bool = False) -> list[Tensor]:

@@ -53,8 +53,35 @@ class MoEShape:
 
 
 @dataclass(frozen=True)
+class MLAShape:
+    """Multi-latent attention (``MLATransformerConfig``): low-rank q and kv projections."""
+
+    q_lora_rank: int  # 0: q is projected directly from the hidden state
+    kv_lora_rank: int
+    qk_head_dim: int  # the part of each head without rotary embedding
+    qk_pos_emb_head_dim: int  # the rotary part
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class HybridShape:
+    """A hybrid (Mamba) model's layer pattern and Mamba-2 mixer (``megatron/core/ssm/mamba_mixer.py``)."""
+
+    pattern: str  # one character per layer: "M" Mamba, "*" attention, "-" MLP, "E" MoE
+    state_dim: int
+    head_dim: int
+    num_heads: int
+    num_groups: int
+    conv_kernel: int = 4
+
+    @property
+    def d_inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+
+@dataclass(frozen=True)
 class ModelShape:
-    """A GPT-style model's dimensions, as megatron-core builds it (``GPTModel``)."""
+    """A GPT-style model's dimensions, as megatron-core builds it (``GPTModel``, or ``MambaModel``)."""
 
     num_layers: int
     hidden_size: int
@@ -72,6 +99,14 @@ class ModelShape:
     position_rows: int  # learned absolute position embeddings: rows; 0 for rotary or none
     transformer_engine: bool  # the Transformer Engine layer spec (fused norms) rather than the local one
     moe: MoEShape | None
+    mla: MLAShape | None = None
+    hybrid: HybridShape | None = None
+
+    def layer_kind(self, layer: int) -> str:
+        """"M" Mamba, "*" attention only, "-" MLP only, "E" MoE only (hybrid); "A" attention + MLP, "AE" + MoE."""
+        if self.hybrid is not None:
+            return self.hybrid.pattern[layer]
+        return "AE" if self.moe is not None and self.moe.layers[layer] else "A"
 
 
 @dataclass(frozen=True)

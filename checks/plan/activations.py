@@ -289,3 +289,61 @@ def example_gpt(d: Dims) -> list[Term]:
         Term("", "experts' output", k * d.hidden, FP32), Term("", "routing weights", k, FP32),
         Term("", "index_add source", k * d.hidden, FP32), Term("", "index_add indices", k, INT64),
     ]
+
+
+# --- Megatron-Core layers the validation models do not have: estimates from source ------------------
+
+def megatron_mla(d: Dims, mla_q_lora: int, kv_lora: int, qk_nope: int, qk_rope: int, v_head: int,
+                 par: Parallel = Parallel()) -> list[Term]:
+    """The attention half of a multi-latent-attention layer (``transformer/multi_latent_attention.py``).
+
+    An estimate from the module structure, unmeasured: a separate input norm (input, statistics,
+    output), the replicated down projections' input, the latent norms fused into the up projections
+    (input, output, statistics), the up projections' outputs, rotated q and the concatenated k, the
+    fused attention's output and statistics. Selective recompute of ``mla_up_proj`` (DeepSeek recipes)
+    is not modelled.
+    """
+    t, sp, heads = par.tp, par.sp, d.heads
+    qk = qk_nope + qk_rope
+    stats = FP32 / BF16
+    terms = [
+        Term("attn_norm", "input norm input", d.hidden / sp, BF16),
+        Term("attn_norm", "input norm statistics", stats / sp, BF16),
+        Term("qkv_linear", "down projections' input", d.hidden, BF16),
+        Term("qkv_linear", "kv down projection output", kv_lora + qk_rope, BF16),
+        Term("qkv_linear", "kv latent norm output and statistics", kv_lora + stats, BF16),
+    ]
+    if mla_q_lora:
+        terms += [Term("qkv_linear", "q down projection output", mla_q_lora, BF16),
+                  Term("qkv_linear", "q latent norm output and statistics", mla_q_lora + stats, BF16)]
+    return terms + [
+        Term("core_attn", "q up projection output", heads * qk / t, BF16),
+        Term("core_attn", "kv up projection output", heads * (qk_nope + v_head) / t, BF16),
+        Term("core_attn", "rotated q and concatenated k", 2 * heads * qk / t, BF16),
+        Term("core_attn", "softmax statistics (fp32)", heads / t, FP32),
+        Term("attn_proj", "attention output (projection input)", heads * v_head / t, BF16),
+    ]
+
+
+def megatron_mamba(d: Dims, d_inner: int, state_dim: int, num_groups: int, mamba_heads: int,
+                   par: Parallel = Parallel(), chunk_size: int = 128) -> list[Term]:
+    """One Mamba-2 layer of a hybrid model (``ssm/mamba_mixer.py``, ``mamba_ssm`` chunked scan).
+
+    An estimate from the module structure, unmeasured: the norm fused into ``in_proj`` (input, output,
+    statistics), ``in_proj``'s output (z, x, B, C, dt; the views the conv and scan keep), the
+    convolution's output, the scan's output and its fp32 chunk states, the gated norm's output
+    (``out_proj``'s input).
+    """
+    t, sp = par.tp, par.sp
+    groups_state = 2 * num_groups * state_dim
+    return [
+        Term("", "norm input", d.hidden / sp, BF16),
+        Term("", "norm statistics", FP32 / BF16 / sp, BF16),
+        Term("", "norm output (in_proj input)", d.hidden / sp, BF16),
+        Term("", "in_proj output (z, x, B, C, dt)", (2 * d_inner + groups_state + mamba_heads) / t, BF16),
+        Term("", "convolution output", (d_inner + groups_state) / t, BF16),
+        Term("", "scan chunk states (fp32)", d_inner * state_dim / chunk_size / t, FP32),
+        Term("", "scan output", d_inner / t, BF16),
+        Term("", "gated norm output (out_proj input)", d_inner / t, BF16),
+    ]
+

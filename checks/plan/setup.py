@@ -1,0 +1,163 @@
+"""A training job for the planner, from a config (in any format the checker reads) or a preset.
+
+The model comes from the config's dimensions (``checks/model/shape.py``) or, for NeMo-RL, from the
+preset matching ``policy.model_name``; training dimensions and the current offload settings come from
+the same canonical config the rules read. What no config states (how many GPUs, hence the
+data-parallel size) is an option.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from checks.context import Context
+from checks.model.shape import ModelShape, Parallelism, ShapeUnknown, shape_from
+from checks.plan.memory import Offload, Training
+from checks.plan.presets import PRESETS, Preset, preset_for_model_name
+
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class Job:
+    training: Training
+    offload: Offload  # what the config already asks for
+    source: str  # "preset llama3-8b", "config", "config (model from preset qwen3-30b-a3b)"
+    assumptions: tuple[str, ...] = ()
+
+
+def default_data_parallel(par: Parallelism, cp: int = 1) -> int:
+    """The smallest data-parallel size the expert layout allows: ``tp x cp x dp`` divisible by ``ep x etp``."""
+    need = par.expert * par.expert_tensor
+    base = par.tensor * cp
+    return need // math.gcd(need, base) if need > 1 else 1
+
+
+def from_preset(preset: Preset, data_parallel: int | None = None, **overrides: Any) -> Job:
+    par = preset.parallelism
+    dp = data_parallel or default_data_parallel(par)
+    training = Training(preset.shape, par, data_parallel=dp, seq_length=preset.seq_length,
+                        micro_batch_size=preset.micro_batch_size, sequence_parallel=par.tensor > 1,
+                        precision_aware_optimizer=True, global_batch_size=dp * preset.micro_batch_size * 8)
+    notes = [f"model and parallel layout from preset {preset.name}: {'; '.join(preset.sources)}",
+             f"8 micro-batches per step, data-parallel size {dp}" + ("" if data_parallel else " (the smallest "
+                                                                   "the layout allows; set --gpus)"),
+             "bf16 parameters, fp32 main gradients, distributed optimizer, precision-aware optimizer"]
+    return Job(replace(training, **overrides), Offload(), f"preset {preset.name}", tuple(notes))
+
+
+def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset | None = None) -> Job | str:
+    """The job a canonical config describes, or why the planner cannot size it.
+
+    Without the model's dimensions in the config, the model comes from ``preset``, or from the preset
+    matching NeMo-RL's ``policy.model_name``.
+    """
+    found = shape_from(ctx)
+    notes: list[str] = []
+    source = "config"
+    if isinstance(found, ShapeUnknown):
+        preset = preset or preset_for_model_name(str(ctx.get("run.model_name") or ""))
+        if preset is None:
+            why = found.describe()
+            if ctx.flavor == "nemo-rl":
+                name = ctx.get("run.model_name")
+                why = (f"NeMo-RL takes them from the Hugging Face checkpoint "
+                       f"({name or 'policy.model_name is not set'}), which is not one of the presets")
+            return f"the planner needs the model's dimensions: {why}; add --preset NAME (known: {', '.join(PRESETS)})"
+        shape: ModelShape = preset.shape
+        tp = _int(ctx, "model.tensor_model_parallel_size", 1)
+        par = Parallelism(tensor=tp, pipeline=_int(ctx, "model.pipeline_model_parallel_size", 1),
+                          expert=_int(ctx, "model.expert_model_parallel_size", 1),
+                          expert_tensor=_int(ctx, "model.expert_tensor_parallel_size", tp))
+        source = f"config (model from preset {preset.name})"
+        notes.append(f"model dimensions from preset {preset.name}: {'; '.join(preset.sources)}")
+    else:
+        shape, par = found
+    cp = _int(ctx, "model.context_parallel_size", 1)
+    dp = data_parallel or _nemo_rl_data_parallel(ctx, par, cp)
+    if dp is None:
+        dp = default_data_parallel(par, cp)
+        notes.append(f"data-parallel size {dp}: the config does not say how many GPUs run it (set --gpus)")
+    training = Training(
+        shape=shape, par=par, data_parallel=dp, context_parallel=cp,
+        seq_length=_int(ctx, "run.seq_length", 4096), micro_batch_size=_int(ctx, "run.micro_batch_size", 1),
+        global_batch_size=_int(ctx, "run.global_batch_size", 0),
+        sequence_parallel=bool(ctx.get("model.sequence_parallel")),
+        recompute=_recompute(ctx), recompute_method=str(ctx.get("model.recompute_method") or "uniform"),
+        recompute_num_layers=_int(ctx, "model.recompute_num_layers", 1),
+        flash_attention=str(ctx.get("model.attention_backend") or "auto") not in ("unfused", "local"),
+        hidden_dropout=_positive(ctx.get("model.hidden_dropout")),
+        attention_dropout=_positive(ctx.get("model.attention_dropout")),
+        moe_top_k=_int(ctx, "model.moe_router_topk", 2),
+        capacity_factor=float(ctx.get("model.moe_expert_capacity_factor") or 1.0),
+        param_bytes=_param_bytes(ctx), grad_bytes=_grad_bytes(ctx),
+        distributed_optimizer=bool(ctx.get("optimizer.use_distributed_optimizer")),
+        precision_aware_optimizer=bool(ctx.get("optimizer.use_precision_aware_optimizer")),
+        main_param_bytes=_DTYPE_BYTES.get(str(ctx.get("optimizer.main_params_dtype")), 4),
+        exp_avg_bytes=_DTYPE_BYTES.get(str(ctx.get("optimizer.exp_avg_dtype")), 4),
+        exp_avg_sq_bytes=_DTYPE_BYTES.get(str(ctx.get("optimizer.exp_avg_sq_dtype")), 4),
+        bucket_size=_bucket_size(ctx, dp), version=ctx.version)
+    if not ctx.is_set("run.seq_length"):
+        notes.append("sequence length 4096: the config does not state it")
+    return Job(training, _offload(ctx), source, tuple(notes))
+
+
+def _int(ctx: Context, path: str, default: int) -> int:
+    value = ctx.get(path)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _recompute(ctx: Context) -> str:
+    granularity = ctx.get("model.recompute_granularity")
+    return granularity if granularity in ("full", "selective") else "none"
+
+
+def _param_bytes(ctx: Context) -> int:
+    if ctx.get("model.bf16") or ctx.get("model.fp16"):
+        return 2
+    return _DTYPE_BYTES.get(str(ctx.get("model.params_dtype")), 2)
+
+
+def _grad_bytes(ctx: Context) -> int:
+    """Main gradients: fp32 with ``grad_reduce_in_fp32``; Megatron-LM turns it on for bf16 unless
+    ``--grad-reduce-in-bf16`` (NVIDIA/Megatron-LM@d98e8a64:megatron/training/arguments.py:1204-1216)."""
+    if ctx.flavor == "megatron-lm" and ctx.get("model.bf16"):
+        return 2 if ctx.get("run.grad_reduce_in_bf16") else 4
+    return 4 if ctx.get("ddp.grad_reduce_in_fp32") else _param_bytes(ctx)
+
+
+def _bucket_size(ctx: Context, dp: int) -> int | None:
+    """DDP's default: ``max(40M, 1M x dp)`` elements with ``overlap_grad_reduce``, else one bucket
+    (NVIDIA/Megatron-LM@5be96267:megatron/core/distributed/distributed_data_parallel.py:66-72)."""
+    if not ctx.get("ddp.overlap_grad_reduce"):
+        return None
+    size = ctx.get("ddp.bucket_size")
+    return size if isinstance(size, int) and size > 0 else max(40_000_000, 1_000_000 * dp)
+
+
+def _nemo_rl_data_parallel(ctx: Context, par: Parallelism, cp: int) -> int | None:
+    gpus, nodes = ctx.get("run.gpus_per_node"), ctx.get("run.num_nodes")
+    if not (isinstance(gpus, int) and isinstance(nodes, int) and gpus > 0 and nodes > 0):
+        return None
+    return max(1, gpus * nodes // (par.tensor * par.pipeline * cp))
+
+
+def _offload(ctx: Context) -> Offload:
+    modules = ctx.get("model.offload_modules") if ctx.get("model.fine_grained_activation_offloading") else None
+    fraction = ctx.get("optimizer.optimizer_offload_fraction")
+    return Offload(
+        cpu_offloading_num_layers=_int(ctx, "model.cpu_offloading_num_layers", 0) if ctx.get("model.cpu_offloading")
+        else 0,
+        offload_modules=tuple(modules) if isinstance(modules, list) else (),
+        min_offloaded_tensor_size=_int(ctx, "model.min_offloaded_tensor_size", 1024 * 1024),
+        activation_offload_fraction=float(ctx.get("model.activation_offload_fraction") or 1.0),
+        optimizer_offload_fraction=float(fraction) if ctx.get("optimizer.optimizer_cpu_offload")
+        and isinstance(fraction, (int, float)) else 0.0,
+        pin_cpu_grads=ctx.get("optimizer.pin_cpu_grads") is not False,
+    )
