@@ -9,13 +9,11 @@ for nothing but a change upstream).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from benchmarks.saved_tensors import measure  # noqa: E402
 from checks.plan.activations import (  # noqa: E402
     Dims,
     bytes_per_token,
@@ -28,35 +26,6 @@ from checks.plan.activations import (  # noqa: E402
 
 TOLERANCE = 0.03
 GRID = [(1, 16), (2, 64), (4, 128), (3, 96)]  # (micro-batch size, sequence length)
-
-
-def measure(run: Callable[[], Any], layers: list[Any]) -> list[int]:
-    """Bytes of the storages first saved during each layer's forward (parameters excluded)."""
-    current: list[int | None] = [None]
-    seen: set[int] = set()
-    per_layer = [0] * len(layers)
-    handles = []
-    for index, layer in enumerate(layers):
-        handles.append(layer.register_forward_pre_hook(lambda m, a, i=index: current.__setitem__(0, i)))
-        handles.append(layer.register_forward_hook(lambda m, a, o: current.__setitem__(0, None)))
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        if isinstance(tensor, torch.nn.Parameter) or isinstance(tensor._base, torch.nn.Parameter):
-            return tensor
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            if current[0] is not None:
-                per_layer[current[0]] += storage.nbytes()
-        return tensor
-
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            run()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return per_layer
 
 
 def _close(measured: float, predicted: float) -> None:

@@ -54,3 +54,17 @@ def test_skill_and_readme_name_real_rules() -> None:
         text = (ROOT / name).read_text(encoding="utf-8")
         for rule_id in re.findall(r"\b[A-Z]{3}\d{3}\b", text):
             assert rule_id in BY_ID, f"{name} names unknown rule {rule_id}"
+
+
+def test_memory_model_report_is_generated_from_its_artifact() -> None:
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("memory_report", ROOT / "tools" / "memory_report.py")
+    assert spec and spec.loader
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    data = json.loads((ROOT / "reference" / "benchmarks" / "activation_validation.json").read_text())
+    assert (ROOT / "reference" / "memory-model.md").read_text(encoding="utf-8") == report.markdown(data), \
+        "run: python tools/memory_report.py"
+

@@ -1,0 +1,68 @@
+"""Cold start of `python -m checks plan --preset NAME` against starting a torch-based estimator.
+
+Both sides run as fresh processes, interleaved, with bytecode caches (as a normal install has them). The
+peer is `python -c "import torch"`: what any estimator built on torch pays before computing anything.
+Prints medians and the ratio from this one run and writes an artifact.
+
+Usage: python benchmarks/bench_plan_startup.py [--runs N] [--preset NAME] [--out reference/benchmarks/plan_startup.json]
+Goal (issue #5): plan on a preset, median at most 0.3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_check_startup import ENV
+from benchmarks.common import ROOT, revision_pins
+
+GOAL_S = 0.3
+
+
+def timed(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--preset", default="llama3-70b")
+    parser.add_argument("--out", type=Path, default=ROOT / "reference" / "benchmarks" / "plan_startup.json")
+    args = parser.parse_args(argv)
+    plan = [sys.executable, "-m", "checks", "plan", "--preset", args.preset, "--format", "json"]
+    peer = [sys.executable, "-c", "import torch"]
+    for command in (plan, peer):  # warm the page cache and the bytecode caches
+        subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True)
+    plan_s, peer_s = [], []
+    for i in range(args.runs):
+        plan_s.append(timed(plan))
+        peer_s.append(timed(peer))
+        print(f"run {i + 1}/{args.runs}: plan {plan_s[-1]:.3f} s, import torch {peer_s[-1]:.3f} s", file=sys.stderr)
+    plan_median, peer_median = statistics.median(plan_s), statistics.median(peer_s)
+    result = {
+        "benchmark": "plan_startup", "preset": args.preset, "runs": args.runs,
+        "plan_median_s": round(plan_median, 4), "import_torch_median_s": round(peer_median, 4),
+        "ratio": round(peer_median / plan_median, 1), "goal": {"plan_median_s_max": GOAL_S},
+        "goal_met": plan_median <= GOAL_S, "plan_s": [round(t, 4) for t in plan_s],
+        "import_torch_s": [round(t, 4) for t in peer_s],
+        "bytecode_caches": "written (PYTHONDONTWRITEBYTECODE unset for both sides)",
+        "revision": revision_pins(sys.argv),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"plan --preset {args.preset} median {plan_median:.3f} s; import torch median {peer_median:.3f} s; "
+          f"plan is {result['ratio']}x faster; goal met: {result['goal_met']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""The planner: model states exactly as the split rule and sharding give them, monotone offloading, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checks.cli import main
+from checks.model.optimizer_split import greedy_selection
+from checks.model.parameters import chunk_tensors, stage_chunks
+from checks.model.shape import ModelShape, MoEShape, Parallelism
+from checks.plan.hardware import HARDWARE
+from checks.plan.memory import Offload, Training, layer_bytes, plan_memory, stage_memory
+from checks.plan.presets import PRESETS
+from checks.plan.recommend import Budget, recommend
+from checks.plan.throughput import step_cost
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "configs"
+SHAPE = ModelShape(num_layers=4, hidden_size=64, num_attention_heads=4, num_query_groups=2, kv_channels=16,
+                   ffn_hidden_size=160, vocab_size=1000, gated_linear_unit=True, add_bias_linear=False,
+                   add_qkv_bias=False, layernorm_bias=False, qk_layernorm=True, tied_embeddings=False,
+                   position_rows=0, transformer_engine=True, moe=None)
+MOE = replace(SHAPE, moe=MoEShape(num_experts=4, ffn_hidden_size=48, shared_expert_size=0, shared_expert_gate=False,
+                                  layers=(False, True, True, True), expert_layout="grouped"))
+
+
+def _brute_force_ranks(tensors: list, dp: int, bucket_size: int | None) -> list[list[tuple[object, int]]]:
+    """Element by element: lay the buffer out as the distributed optimizer does, then read each rank's slice."""
+    owner: list[object | None] = []
+    buckets: list[tuple[int, int]] = []
+    first = 0
+    divisor = math.lcm(dp, 128)
+    items = list(reversed(tensors))
+    for index, tensor in enumerate(items):
+        owner += [None] * (-len(owner) % 64)
+        owner += [tensor] * tensor.numel
+        full = bucket_size is not None and len(owner) - first >= bucket_size
+        if full or index == len(items) - 1:
+            owner += [None] * (-len(owner) % divisor)
+            buckets.append((first, len(owner)))
+            first = len(owner)
+    ranks: list[list[tuple[object, int]]] = [[] for _ in range(dp)]
+    for start, end in buckets:
+        size = (end - start) // dp
+        for rank in range(dp):
+            counts: dict[int, list] = {}
+            for position in range(start + rank * size, start + (rank + 1) * size):
+                if owner[position] is not None:
+                    counts.setdefault(id(owner[position]), [owner[position], 0])[1] += 1
+            ranks[rank] += [(t, n) for t, n in counts.values()]
+    # Parameter groups in order: weight-decayed matrices first, then 1-D tensors (megatron-core >= 0.16).
+    return [[p for p in pieces if p[0].matrix] + [p for p in pieces if not p[0].matrix] for pieces in ranks]
+
+
+@pytest.mark.parametrize("shape", [SHAPE, MOE], ids=["dense", "moe"])
+@pytest.mark.parametrize("dp", [1, 2, 3, 8])
+@pytest.mark.parametrize("bucket_size", [None, 5000])
+@pytest.mark.parametrize("fraction", [0.0, 0.1, 0.5, 1.0])
+def test_model_states_are_exactly_what_sharding_and_the_split_give(shape: ModelShape, dp: int,
+                                                                   bucket_size: int | None, fraction: float) -> None:
+    t = Training(shape, Parallelism(), data_parallel=dp, bucket_size=bucket_size, precision_aware_optimizer=True)
+    memory = stage_memory(t, 0, Offload(optimizer_offload_fraction=fraction))
+    chunk = stage_chunks(shape.num_layers, t.par)[0][0]  # type: ignore[index]
+    tensors = list(chunk_tensors(shape, t.par, chunk))
+    numel = sum(x.numel for x in tensors)
+    assert memory.weights_bytes == 2 * numel and memory.grads_bytes == 4 * numel
+    worst = (0, 0)
+    for pieces in _brute_force_ranks(tensors, dp, bucket_size):
+        sizes = [n for _, n in pieces]
+        moved = sum(n for n, take in zip(sizes, greedy_selection(sizes, fraction), strict=True) if take) \
+            if fraction else 0
+        device = (sum(sizes) - moved) * 12 if fraction else sum(sizes) * 12
+        worst = max(worst, (device, moved * 16))
+    assert (memory.optimizer_bytes, memory.host_optimizer_bytes) == worst
+
+
+FRACTION_PAIRS = st.tuples(st.floats(0, 1), st.floats(0, 1)).map(sorted)
+
+
+@settings(max_examples=60, deadline=None)
+@given(FRACTION_PAIRS, st.sampled_from([1, 2, 4, 8]), st.booleans())
+def test_more_optimizer_offload_never_uses_more_gpu_memory(fractions: list[float], dp: int, moe: bool) -> None:
+    t = Training(MOE if moe else SHAPE, Parallelism(), data_parallel=dp, precision_aware_optimizer=True)
+    low, high = (stage_memory(t, 0, Offload(optimizer_offload_fraction=f)) for f in fractions)
+    if fractions[0] > 0:
+        assert high.device_bytes <= low.device_bytes and high.host_bytes >= low.host_bytes
+    for memory in (low, high):  # the host holds 16 bytes per offloaded element, as upstream allocates them
+        assert memory.host_optimizer_bytes == 16 * memory.optimizer_offloaded_elements
+
+
+@pytest.mark.parametrize("shape", [SHAPE, MOE], ids=["dense", "moe"])
+def test_layer_offload_moves_exactly_the_layers_it_names(shape: ModelShape) -> None:
+    t = Training(shape, Parallelism(), seq_length=256, micro_batch_size=2)
+    base = stage_memory(t, 0)
+    previous = base
+    for n in range(1, shape.num_layers):
+        memory = stage_memory(t, 0, Offload(cpu_offloading_num_layers=n))
+        moved = sum(layer_bytes(t, layer) for layer in range(n))
+        assert memory.host_activation_bytes == round(moved)
+        assert abs(memory.activations_bytes + memory.host_activation_bytes - base.activations_bytes) <= 1
+        assert memory.activations_bytes <= previous.activations_bytes
+        previous = memory
+
+
+def test_fine_grained_offload_is_monotone_in_the_module_set_and_the_size_threshold() -> None:
+    t = Training(MOE, Parallelism(), seq_length=2048, micro_batch_size=2)
+    sets = [("core_attn",), ("core_attn", "attn_proj"), ("qkv_linear", "core_attn", "attn_proj", "expert_fc1")]
+    peaks = [stage_memory(t, 0, Offload(offload_modules=m, min_offloaded_tensor_size=1)).activations_bytes
+             for m in sets]
+    assert peaks == sorted(peaks, reverse=True) and peaks[0] < stage_memory(t, 0).activations_bytes
+    huge = stage_memory(t, 0, Offload(offload_modules=sets[-1], min_offloaded_tensor_size=10**12))
+    assert huge.host_activation_bytes == 0  # nothing reaches the threshold: the silent no-op
+
+
+def test_in_flight_micro_batches_follow_the_pipeline_schedule() -> None:
+    shape = replace(SHAPE, num_layers=8)
+    one = plan_memory(Training(shape, Parallelism(pipeline=4), global_batch_size=16))
+    per_stage = [s.activations_bytes for s in one]
+    assert per_stage[0] > per_stage[1] > per_stage[2]  # 4, 3, 2 micro-batches in flight
+    few = plan_memory(Training(shape, Parallelism(pipeline=4), global_batch_size=2))
+    assert few[0].activations_bytes < one[0].activations_bytes  # only 2 micro-batches exist
+
+
+def test_offload_costs_what_crosses_the_link_and_the_host_step() -> None:
+    hw = HARDWARE["h100-sxm"]
+    t = Training(SHAPE, Parallelism(), data_parallel=2, global_batch_size=16, precision_aware_optimizer=True)
+    assert step_cost(t, Offload(), hw).overhead_s == 0
+    memory = stage_memory(t, 0, Offload(optimizer_offload_fraction=1.0))
+    cost = step_cost(t, Offload(optimizer_offload_fraction=1.0), hw)
+    moved = memory.optimizer_offloaded_elements
+    expected = moved * 4 / hw.d2h_bytes_per_s + moved / hw.host_adam_elements_per_s + moved * 4 / hw.h2d_bytes_per_s
+    assert cost.optimizer_offload_s == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_plans(name: str) -> None:
+    preset = PRESETS[name]
+    t = Training(preset.shape, preset.parallelism, data_parallel=8, seq_length=preset.seq_length,
+                 global_batch_size=64, sequence_parallel=preset.parallelism.tensor > 1, precision_aware_optimizer=True)
+    rec = recommend(t, Budget(HARDWARE["h100-sxm"]))
+    assert rec.baseline and rec.verdict
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_preset_text_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--preset", "llama3-70b", "--gpus", "64")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "plan: preset llama3-70b on h100-sxm (vendor specification)"
+    assert "recommendation: fits without offloading" in out
+    code, out, _ = run(capsys, "--preset", "llama3-8b", "--gpus", "8")
+    assert code == 1 and "DOES NOT FIT" in out and "recommendation: use " in out
+
+
+def test_plan_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--preset", "qwen3-30b-a3b", "--gpus", "16", "--format", "json")
+    document = json.loads(out)
+    assert set(document) == {"status", "source", "hardware", "training", "budget", "as_configured", "options",
+                             "recommendation", "verdict", "assumptions"}
+    assert document["status"] in ("fits", "fits_with_change", "does_not_fit")
+    assert (code == 0) == (document["status"] == "fits")
+    stage = document["as_configured"]["stages"][0]
+    assert stage["device_bytes"] == stage["weights_bytes"] + stage["grads_bytes"] + stage["optimizer_bytes"] \
+        + stage["activations_bytes"]
+
+
+def test_plan_reads_a_config_and_takes_its_offload_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, str(EXAMPLES / "bridge/run_config_clean.yaml"), "--gpus", "16", "--format", "json")
+    document = json.loads(out)
+    assert document["as_configured"]["offload"]["optimizer_offload_fraction"] == 0.5
+    assert document["as_configured"]["offload"]["offload_modules"] == ["core_attn", "attn_proj"]
+    assert document["training"]["tensor_parallel"] == 2 and document["training"]["data_parallel"] == 4
+
+
+@pytest.mark.parametrize("argv,expected", [
+    ((), "give a config"),
+    (("--preset", "llama5",), "unknown preset 'llama5'"),
+    (("--preset", "llama3-70b", "--gpus", "12"), "not a multiple of TP x PP x CP = 32"),
+    (("--preset", "llama3-8b", "--hardware", "tpu"), "unknown hardware 'tpu'"),
+    (("--preset", "llama3-8b", "--headroom", "1.5"), "--headroom must be in [0, 1)"),
+    ((str(EXAMPLES / "nemo-rl/grpo_offload.yaml"),), "not one of the presets; add --preset NAME"),
+    (("--preset", "llama3-8b", "--profile", "/nonexistent.json"), "cannot read the probe profile"),
+])
+def test_plan_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_plot_without_matplotlib_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import importlib.util
+    if importlib.util.find_spec("matplotlib") is not None:
+        code, _, _ = run(capsys, "--preset", "llama3-70b", "--plot", str(tmp_path / "p.png"))
+        assert code == 0 and (tmp_path / "p.png").stat().st_size > 0
+    else:
+        code, _, err = run(capsys, "--preset", "llama3-70b", "--plot", str(tmp_path / "p.png"))
+        assert code == 2 and "needs matplotlib" in err
+
+
+def test_probe_profile_drives_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    profile = tmp_path / "node.json"
+    assert main(["probe", "--out", str(profile), "--elements", "200000"]) == 0
+    data = json.loads(profile.read_text())
+    assert data["host_adam_elements_per_s"] > 0 and data["host_memory_bytes"] > 0
+    capsys.readouterr()
+    _, out, _ = run(capsys, "--preset", "llama3-70b", "--profile", str(profile), "--format", "json")
+    assert json.loads(out)["hardware"]["measured"] is True
