@@ -95,6 +95,17 @@ def test_more_optimizer_offload_never_uses_more_gpu_memory(fractions: list[float
         assert memory.host_optimizer_bytes == 16 * memory.optimizer_offloaded_elements
 
 
+@settings(max_examples=40, deadline=None)
+@given(FRACTION_PAIRS.filter(lambda pair: pair[0] > 0), st.booleans())
+def test_the_host_gains_what_the_gpu_sheds_as_upstream_allocates_it(fractions: list[float], moe: bool) -> None:
+    """Per element moved: 12 GPU bytes (precision-aware optimizer) shed, 16 host bytes taken (notes, 6.2)."""
+    t = Training(MOE if moe else SHAPE, Parallelism(), data_parallel=1, precision_aware_optimizer=True)
+    low, high = (stage_memory(t, 0, Offload(optimizer_offload_fraction=f)) for f in fractions)
+    moved = high.optimizer_offloaded_elements - low.optimizer_offloaded_elements
+    assert low.optimizer_bytes - high.optimizer_bytes == 12 * moved
+    assert high.host_optimizer_bytes - low.host_optimizer_bytes == 16 * moved
+
+
 @pytest.mark.parametrize("shape", [SHAPE, MOE], ids=["dense", "moe"])
 def test_layer_offload_moves_exactly_the_layers_it_names(shape: ModelShape) -> None:
     t = Training(shape, Parallelism(), seq_length=256, micro_batch_size=2)

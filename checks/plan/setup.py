@@ -101,6 +101,9 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
         bucket_size=_bucket_size(ctx, dp), version=ctx.version)
     if not ctx.is_set("run.seq_length"):
         notes.append("sequence length 4096: the config does not state it")
+    if ctx.get("model.fp8") or ctx.get("model.fp4"):
+        notes.append("fp8/fp4 activations are counted at bf16 size: the quantized copies Transformer Engine "
+                     "saves are not modelled")
     return Job(training, _offload(ctx), source, tuple(notes))
 
 
@@ -119,6 +122,8 @@ def _recompute(ctx: Context) -> str:
 
 
 def _param_bytes(ctx: Context) -> int:
+    if ctx.get("model.fp8_param") or ctx.get("model.fp4_param"):
+        return 1  # fp8 (or packed fp4, rounded up) weights; the distributed optimizer keeps fp32 masters
     if ctx.get("model.bf16") or ctx.get("model.fp16"):
         return 2
     return _DTYPE_BYTES.get(str(ctx.get("model.params_dtype")), 2)
