@@ -20,8 +20,11 @@ from checks.rules.scope import OUT_OF_SCOPE
 from checks.versions import (
     DEFAULT_NEMO_RL_VERSION,
     DEFAULT_VERSION,
+    NO_DEFAULT,
     VERSIONS,
+    mlm_flags,
     parse_te_version,
+    profile,
     resolve_nemo_rl_version,
 )
 
@@ -126,4 +129,46 @@ def rules_markdown() -> str:
             "listed here with the reason a static config check does not report it.", "",
             "| project | where | message | why no rule |", "|---|---|---|---|"]
     out += [f"| {o.project} | {o.where} | {o.message.replace('|', '/')} | {o.reason} |" for o in OUT_OF_SCOPE]
+    return "\n".join(out) + "\n"
+
+
+def offload_fields() -> list[tuple[str, str]]:
+    """(section, name) of every field an offload rule reads, in any version, sorted."""
+    names = {tuple(path.split(".", 1)) for rule in ALL_RULES for path in rule.reads
+             if path.split(".", 1)[0] in ("model", "optimizer", "ddp")}
+    return sorted((section, name) for section, name in names
+                  if any(profile(v).field(section, name) for v in VERSIONS))
+
+
+def _default(version: str, section: str, name: str) -> str:
+    spec = profile(version).field(section, name)
+    if spec is None:
+        return "—"
+    if spec.default is NO_DEFAULT:
+        return "(computed)"
+    return f"`{spec.default!r}`"
+
+
+def _flag(version: str, name: str) -> str:
+    flags = [f for f, spec in mlm_flags(version).items() if spec.dest == name]
+    return ", ".join(f"`{f}`" for f in sorted(flags)) or "—"
+
+
+def parameters_markdown() -> str:
+    """``reference/parameters.md``: every field the offload rules read, per megatron-core version."""
+    fields = offload_fields()
+    head = "| field | " + " | ".join(VERSIONS) + " |"
+    out = ["# Offload parameters per megatron-core version", "",
+           "Generated from the field and flag tables (`checks/data/`, parsed from each release's source) by "
+           "`python -m checks rules --format parameters`; `tests/test_docs.py` fails when this file is stale. "
+           "A cell is the dataclass default in that release; — means the field does not exist there (rule "
+           "CFG003). Megatron Bridge and NeMo-RL use these names; the Megatron-LM flag, where there is one, "
+           "is in the second table.", "", head, "|" + "---|" * (len(VERSIONS) + 1)]
+    for section, name in fields:
+        out.append(f"| `{section}.{name}` | " + " | ".join(_default(v, section, name) for v in VERSIONS) + " |")
+    out += ["", "## Megatron-LM flags", "", "| field | " + " | ".join(VERSIONS) + " |",
+            "|" + "---|" * (len(VERSIONS) + 1)]
+    for section, name in fields:
+        if section != "ddp":
+            out.append(f"| `{section}.{name}` | " + " | ".join(_flag(v, name) for v in VERSIONS) + " |")
     return "\n".join(out) + "\n"

@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="print the fixes as KEY=VALUE overrides (or Megatron-LM flags) instead of findings")
 
     rules = sub.add_parser("rules", help="list every rule")
-    rules.add_argument("--format", default="text", choices=("text", "json", "markdown"))
+    rules.add_argument("--format", default="text", choices=("text", "json", "markdown", "parameters"),
+                       help="parameters: the offload fields of every megatron-core version, as markdown")
 
     explain = sub.add_parser("explain", help="show a rule's documentation, versions, anchors and examples")
     explain.add_argument("rule_ids", nargs="+", metavar="ID")
@@ -240,6 +241,10 @@ def _rules(fmt: str) -> int:
         print(json.dumps([rule_json(r) for r in ALL_RULES], indent=2))
     elif fmt == "markdown":
         sys.stdout.write(rules_markdown())
+    elif fmt == "parameters":
+        from checks.catalogue import parameters_markdown
+
+        sys.stdout.write(parameters_markdown())
     else:
         print(rules_text())
     return 0

@@ -7,12 +7,18 @@ import re
 import yaml
 from conftest import ROOT
 
-from checks.catalogue import rules_markdown
+from checks.catalogue import parameters_markdown, rules_markdown
 
 
 def test_rules_reference_is_current() -> None:
     on_disk = (ROOT / "reference" / "rules.md").read_text(encoding="utf-8")
     assert on_disk == rules_markdown(), "run: python -m checks rules --format markdown > reference/rules.md"
+
+
+def test_parameter_reference_is_current() -> None:
+    on_disk = (ROOT / "reference" / "parameters.md").read_text(encoding="utf-8")
+    assert on_disk == parameters_markdown(), \
+        "run: python -m checks rules --format parameters > reference/parameters.md"
 
 
 def _readme_commands() -> list[str]:
