@@ -157,6 +157,11 @@ def test_every_preset_plans(name: str) -> None:
                  global_batch_size=64, sequence_parallel=preset.parallelism.tensor > 1, precision_aware_optimizer=True)
     rec = recommend(t, Budget(HARDWARE["h100-sxm"]))
     assert rec.baseline and rec.verdict
+    # The checker's rules hold for what the planner proposes: no layer-level offload where it is refused
+    # (ACT002, ACT003) or would offload nothing (ACT009, hybrid Mamba stacks).
+    layer_level = [o for o in rec.options if o.mechanism == "layer-level activation offload"]
+    if preset.parallelism.pipeline > 1 or preset.shape.hybrid is not None:
+        assert not layer_level
 
 
 # --- the command ------------------------------------------------------------------------------------

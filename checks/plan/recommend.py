@@ -107,7 +107,9 @@ def recommend(t: Training, budget: Budget) -> Recommendation:
         t, Offload(optimizer_offload_fraction=FRACTIONS[i]), budget, "optimizer offload",
         {"optimizer_cpu_offload": True, "optimizer_offload_fraction": FRACTIONS[i],
          "use_precision_aware_optimizer": True, "use_distributed_optimizer": True}), 0, len(FRACTIONS) - 1))
-    if t.par.pipeline == 1 and t.recompute == "none" and t.shape.num_layers > 1:  # rules ACT002, ACT003
+    # Refused with PP > 1 (ACT002) or recompute (ACT003); a hybrid (Mamba) stack never enters the offload
+    # context, so there it would offload nothing (ACT009).
+    if t.par.pipeline == 1 and t.recompute == "none" and t.shape.num_layers > 1 and t.shape.hybrid is None:
         options.append(_smallest(lambda n: _option(
             t, Offload(cpu_offloading_num_layers=n), budget, "layer-level activation offload",
             {"cpu_offloading": True, "cpu_offloading_num_layers": n},
