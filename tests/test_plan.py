@@ -234,3 +234,16 @@ def test_probe_profile_drives_plan(capsys: pytest.CaptureFixture[str], tmp_path:
     capsys.readouterr()
     _, out, _ = run(capsys, "--preset", "llama3-70b", "--profile", str(profile), "--format", "json")
     assert json.loads(out)["hardware"]["measured"] is True
+
+
+def test_host_memory_per_node_counts_only_the_jobs_gpus_on_it() -> None:
+    from checks.plan.recommend import host_per_node
+
+    preset = PRESETS["llama3-8b"]
+    t = Training(preset.shape, preset.parallelism, data_parallel=1, seq_length=preset.seq_length)
+    stages = plan_memory(t, Offload(optimizer_offload_fraction=1.0))
+    hw = HARDWARE["h100-sxm"]
+    one = max(s.host_bytes for s in stages)
+    assert one > 0
+    assert host_per_node(stages, hw, world_size=1) == one
+    assert host_per_node(stages, hw, world_size=64) == one * hw.gpus_per_node

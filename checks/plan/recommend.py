@@ -62,15 +62,17 @@ def peak(stages: list[StageMemory]) -> int:
     return max(s.device_bytes for s in stages)
 
 
-def host_per_node(stages: list[StageMemory], hw: Hardware) -> int:
-    """Every GPU of a node at the most host-hungry stage's use: conservative, host memory is shared."""
-    return max(s.host_bytes for s in stages) * hw.gpus_per_node
+def host_per_node(stages: list[StageMemory], hw: Hardware, world_size: int) -> int:
+    """Every GPU of a node at the most host-hungry stage's use: conservative, host memory is shared.
+
+    A job smaller than a node puts only its own GPUs there."""
+    return max(s.host_bytes for s in stages) * min(hw.gpus_per_node, world_size)
 
 
 def _option(t: Training, offload: Offload, budget: Budget, mechanism: str, settings: dict[str, Any],
             note: str = "") -> Option:
     stages = plan_memory(t, offload)
-    device, host = peak(stages), host_per_node(stages, budget.hardware)
+    device, host = peak(stages), host_per_node(stages, budget.hardware, t.world_size)
     cost = step_cost(t, offload, budget.hardware, budget.mfu, stage=stages[0])
     return Option(mechanism, settings, device, host, cost.slowdown,
                   device <= budget.device_bytes and host <= budget.host_bytes_per_node, note)

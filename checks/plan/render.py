@@ -29,8 +29,8 @@ def as_configured(job: Job) -> list[StageMemory]:
 
 def status(job: Job, rec: Recommendation) -> str:
     stages = as_configured(job)
-    if peak(stages) <= rec.budget.device_bytes and host_per_node(stages, rec.budget.hardware) <= \
-            rec.budget.host_bytes_per_node:
+    host = host_per_node(stages, rec.budget.hardware, job.training.world_size)
+    if peak(stages) <= rec.budget.device_bytes and host <= rec.budget.host_bytes_per_node:
         return "fits"
     return "fits_with_change" if rec.choice is not None else "does_not_fit"
 
@@ -109,7 +109,7 @@ def render_json(job: Job, rec: Recommendation) -> str:
                    "headroom": rec.budget.headroom, "host_headroom": rec.budget.host_headroom, "mfu": rec.budget.mfu},
         "as_configured": {"offload": asdict(job.offload), "stages": [_stage_json(s) for s in configured],
                           "peak_device_bytes": peak(configured),
-                          "host_bytes_per_node": host_per_node(configured, rec.budget.hardware)},
+                          "host_bytes_per_node": host_per_node(configured, rec.budget.hardware, t.world_size)},
         "options": [asdict(o) for o in rec.options],
         "recommendation": asdict(rec.choice) if rec.choice else None,
         "verdict": rec.verdict,
