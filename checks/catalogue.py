@@ -129,6 +129,9 @@ def rules_markdown() -> str:
             "listed here with the reason a static config check does not report it.", "",
             "| project | where | message | why no rule |", "|---|---|---|---|"]
     out += [f"| {o.project} | {o.where} | {o.message.replace('|', '/')} | {o.reason} |" for o in OUT_OF_SCOPE]
+    from checks.lint.docs import lint_rules_markdown
+
+    out += lint_rules_markdown()
     return "\n".join(out) + "\n"
 
 

@@ -70,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="show a rule's documentation, versions, anchors and examples")
     explain.add_argument("rule_ids", nargs="+", metavar="ID")
 
+    lint = sub.add_parser("lint", help="check the skill itself: SKILL.md, card.yaml, CHANGELOG.md, evals/evals.json",
+                          epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lint.add_argument("root", nargs="?", metavar="DIR",
+                      help="the skill's directory (default: the current directory when it has a SKILL.md, else "
+                           "the directory this package was installed with)")
+    lint.add_argument("--format", default="text", choices=("text", "json"))
+    lint.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+
     examples = sub.add_parser("examples", help="check every bundled example config against its expected findings")
     examples.add_argument("--format", default="text", choices=("text", "json"))
 
@@ -145,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _rules(args.format)
         if args.command == "explain":
             return _explain(args.rule_ids)
+        if args.command == "lint":
+            return _lint(args)
         if args.command == "examples":
             from checks.demo import run_examples
 
@@ -206,7 +216,7 @@ def _check(args: argparse.Namespace) -> int:
     request = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version, env)
     configs = load(request)
     findings = run(configs)
-    report = Report(tuple(findings), configs[0].flavor, version, tuple(args.files), args.strict, env)
+    report = Report(tuple(findings), configs[0].flavor, version, tuple(args.files), env, strict=args.strict)
     if args.emit_overrides:
         print(_overrides(configs, findings))
     else:
@@ -252,10 +262,15 @@ def _rules(fmt: str) -> int:
 
 def _explain(rule_ids: Sequence[str]) -> int:
     from checks.catalogue import explain_text
+    from checks.lint import BY_ID as LINT_BY_ID
+    from checks.lint.docs import explain_lint_text
     from checks.rules import get
 
     texts = []
     for rule_id in rule_ids:
+        if rule_id.upper() in LINT_BY_ID:
+            texts.append(explain_lint_text(LINT_BY_ID[rule_id.upper()]))
+            continue
         try:
             texts.append(explain_text(get(rule_id)))
         except ValueError as err:
@@ -263,6 +278,23 @@ def _explain(rule_ids: Sequence[str]) -> int:
             return 2
     print("\n\n".join(texts))
     return 0
+
+
+def _lint(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from checks.lint import lint
+    from checks.report import LINT_RENDERERS, LintReport
+
+    if args.root is not None:
+        root = Path(args.root)
+    elif Path("SKILL.md").is_file():
+        root = Path(".")
+    else:
+        root = Path(__file__).resolve().parent.parent
+    report = LintReport(tuple(lint(root)), str(root), strict=args.strict)
+    print(LINT_RENDERERS[args.format](report))
+    return report.exit_code
 
 
 def _plan(args: argparse.Namespace) -> int:

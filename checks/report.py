@@ -12,15 +12,11 @@ from checks.engine import Finding
 
 
 @dataclass(frozen=True)
-class Report:
-    """The outcome of one ``check`` run."""
+class _Outcome:
+    """Findings and the exit code they give; ``check`` and ``lint`` share both."""
 
     findings: tuple[Finding, ...]
-    flavor: str
-    mcore_version: str
-    inputs: tuple[str, ...]
-    strict: bool = False
-    environment: Environment = field(default_factory=Environment)
+    strict: bool = field(default=False, kw_only=True)  # warnings fail the run too
 
     def count(self, severity: str) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -32,6 +28,23 @@ class Report:
     @property
     def exit_code(self) -> int:
         return 1 if self.failed else 0
+
+
+@dataclass(frozen=True)
+class Report(_Outcome):
+    """The outcome of one ``check`` run."""
+
+    flavor: str
+    mcore_version: str
+    inputs: tuple[str, ...]
+    environment: Environment = field(default_factory=Environment)
+
+
+@dataclass(frozen=True)
+class LintReport(_Outcome):
+    """The outcome of one ``lint`` run over a skill directory."""
+
+    root: str
 
 
 def location_json(origin: Origin | None) -> dict[str, Any] | None:
@@ -79,17 +92,23 @@ def _where(origin: Origin | None, inputs: Sequence[str]) -> str:
     return inputs[0] if inputs else "<config>"
 
 
+def _finding_lines(f: Finding, inputs: Sequence[str]) -> list[str]:
+    target = f"[{f.target}] " if f.target else ""
+    lines = [f"{_where(f.origin, inputs)}: {f.severity.upper()} {f.rule} {target}{f.message}", f"    fix: {f.fix}"]
+    if f.upstream is not None:
+        quoted = f'"{f.upstream.message}"' if f.upstream.message is not None else "(bare assert, no message)"
+        lines.append(f"    upstream: {f.upstream.project} {quoted} at {f.upstream.anchor}")
+    return lines
+
+
+def _counts(outcome: _Outcome) -> str:
+    return ", ".join(f"{outcome.count(s)} {s}{'s' if outcome.count(s) != 1 else ''}"
+                     for s in ("error", "warning", "info"))
+
+
 def render_text(report: Report) -> str:
-    lines: list[str] = []
-    for f in report.findings:
-        target = f"[{f.target}] " if f.target else ""
-        lines.append(f"{_where(f.origin, report.inputs)}: {f.severity.upper()} {f.rule} {target}{f.message}")
-        lines.append(f"    fix: {f.fix}")
-        if f.upstream is not None:
-            quoted = f'"{f.upstream.message}"' if f.upstream.message is not None else "(bare assert, no message)"
-            lines.append(f"    upstream: {f.upstream.project} {quoted} at {f.upstream.anchor}")
-    counts = ", ".join(f"{report.count(s)} {s}{'s' if report.count(s) != 1 else ''}"
-                       for s in ("error", "warning", "info"))
+    lines = [line for f in report.findings for line in _finding_lines(f, report.inputs)]
+    counts = _counts(report)
     context = f"{report.flavor}, megatron-core {report.mcore_version}"
     if report.environment.mcore_source != "option":
         context += f" ({report.environment.mcore_source})"
@@ -109,3 +128,27 @@ def render_text(report: Report) -> str:
 
 
 RENDERERS: dict[str, Callable[[Report], str]] = {"text": render_text, "json": render_json}
+
+
+def render_lint_text(report: LintReport) -> str:
+    lines = [line for f in report.findings for line in _finding_lines(f, ["SKILL.md"])]
+    if report.findings:
+        lines.append(f"{_counts(report)} (skill at {report.root})")
+        lines.append("For more on each rule: python -m checks explain "
+                     + " ".join(dict.fromkeys(f.rule for f in report.findings)))
+    else:
+        lines.append(f"ok: SKILL.md, card.yaml, CHANGELOG.md and evals/evals.json pass every lint rule "
+                     f"(skill at {report.root})")
+    return "\n".join(lines)
+
+
+def render_lint_json(report: LintReport) -> str:
+    return json.dumps({
+        "status": "fail" if report.failed else "ok",
+        "skill": report.root,
+        "findings": [finding_json(f) for f in report.findings],
+        "summary": {s: report.count(s) for s in ("error", "warning", "info")},
+    }, indent=2)
+
+
+LINT_RENDERERS: dict[str, Callable[[LintReport], str]] = {"text": render_lint_text, "json": render_lint_json}
