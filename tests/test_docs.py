@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -74,3 +75,42 @@ def test_memory_model_report_is_generated_from_its_artifact() -> None:
     assert (ROOT / "reference" / "memory-model.md").read_text(encoding="utf-8") == report.markdown(data), \
         "run: python tools/memory_report.py"
 
+
+
+def _console_examples() -> list[tuple[str, int, str, list[str]]]:
+    """(file, line, command, expected output lines) of every ``console`` block that runs the checker."""
+    found = []
+    for path in [ROOT / "SKILL.md", *sorted((ROOT / "reference").glob("*.md"))]:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        inside, command, start, expected = False, None, 0, []
+        for number, line in enumerate(lines, start=1):
+            if line.strip() == "```console":
+                inside, command, expected = True, None, []
+            elif inside and line.strip() == "```":
+                if command:
+                    found.append((path.name, start, command, expected))
+                inside = False
+            elif inside and line.startswith("$ python -m checks "):
+                if command:
+                    found.append((path.name, start, command, expected))
+                command, start, expected = line[2:], number, []
+            elif inside and command:
+                expected.append(line)
+    return found
+
+
+@pytest.mark.parametrize(("name", "line", "command", "expected"), _console_examples(),
+                         ids=[f"{n}:{line}" for n, line, _, _ in _console_examples()])
+def test_quoted_command_output_is_what_the_command_prints(name: str, line: int, command: str,
+                                                          expected: list[str]) -> None:
+    """A console block may shorten the output, never change it: each line shown is a line printed."""
+    import shlex
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    printed = {out.rstrip() for out in done.stdout.splitlines()}
+    missing = [e for e in expected if e.rstrip() not in printed]
+    assert not missing, f"{name}:{line}: `{command}` no longer prints:\n" + "\n".join(missing)
