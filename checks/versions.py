@@ -62,8 +62,20 @@ def resolve_nemo_rl_version(text: str) -> str:
 
 
 def nemo_rl_keys(version: str) -> frozenset[str]:
-    """The keys NeMo-RL ``version`` reads under ``megatron_cfg`` (``data/nemo_rl_keys.json``)."""
+    """The keys NeMo-RL ``version`` reads under ``megatron_cfg``: its ``MegatronConfig`` fields and every key
+    its code reads there, TypedDict or not (``data/nemo_rl_keys.json``, from ``tools/nemo_rl_keys.py``)."""
     return frozenset(_load("nemo_rl_keys.json")["megatron_cfg"][version])
+
+
+def nemo_rl_typed_keys(version: str) -> frozenset[str]:
+    """The fields of NeMo-RL ``version``'s ``MegatronConfig`` TypedDict (the keys it reads, less those outside it)."""
+    data = _load("nemo_rl_keys.json")
+    return frozenset(data["megatron_cfg"][version]) - frozenset(data["outside_typeddict"][version])
+
+
+def nemo_rl_applied(version: str) -> frozenset[str]:
+    """The ``megatron_cfg`` keys NeMo-RL ``version`` copies onto the model config under the same name."""
+    return frozenset(_load("nemo_rl_keys.json")["applied"][version])
 
 
 def nemo_rl_commit(version: str) -> str:

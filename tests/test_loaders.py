@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from checks.config import CanonicalConfig
+from checks.config import CanonicalConfig, Environment
 from checks.errors import InputError
 from checks.loaders import Request, detect_flavor, load
 
@@ -136,6 +136,37 @@ def test_nemo_rl_semantics_of_switches(tmp_path: Path) -> None:
     assert found == {("megatron_cfg", "cpu_offloading", "ignored"), ("optimizer", "bogus_field", "crash"),
                      ("model", "not_a_field", "crash")}
     assert any(i.path == "distributed_data_parallel_config.use_custom_fsdp" for i in cfg.ignored)
+
+
+def test_nemo_rl_keys_read_outside_the_typeddict_are_per_release(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("policy:\n  megatron_cfg:\n    enabled: true\n    moe_router_dtype: fp32\n"
+                    "    virtual_pipeline_model_parallel_size: 2\n    moe_per_layer_logging: true\n")
+    old = one(Request((str(path),), environment=Environment(nemo_rl_version="0.4.0")))
+    assert old.settings["model.moe_router_dtype"].value == "fp32"  # 0.4.0 applies it (worker :569)
+    assert {u.name for u in old.unrecognised} == {"virtual_pipeline_model_parallel_size", "moe_per_layer_logging"}
+    main = one(Request((str(path),)))
+    # main reads VPP only to refuse it for Nemotron Omni, and moe_per_layer_logging only for logging:
+    # neither reaches the model, and neither is an unknown key.
+    assert "model.virtual_pipeline_model_parallel_size" not in main.settings
+    assert "model.moe_per_layer_logging" not in main.settings
+    assert main.unrecognised == ()
+    assert main.spelling.patch({"model.virtual_pipeline_model_parallel_size": 1}) == {
+        "policy.megatron_cfg.model_overrides.virtual_pipeline_model_parallel_size": 1}
+
+
+def test_nemo_rl_model_overrides_conflicts_are_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("policy:\n  megatron_cfg:\n    enabled: true\n    cpu_offloading: false\n"
+                    "    recompute_granularity: full\n    model_overrides:\n      cpu_offloading: true\n"
+                    "      recompute_granularity: selective\n      cpu_offloading_num_layers: 1\n")
+    cfg = one(Request((str(path),)))
+    # setup.py:760: MegatronConfig fields plus every key present, even one NeMo-RL ignores (and even false)
+    assert [(r.path, r.setting.origin.line) for r in cfg.rejected] == [
+        ("model.cpu_offloading", 7), ("model.recompute_granularity", 8)]
+    assert cfg.unrecognised == ()  # the stray megatron_cfg.cpu_offloading is not silently dropped
+    path.write_text(path.read_text().replace("enabled: true", "enabled: false"))
+    assert one(Request((str(path),))).rejected == ()
 
 
 def test_nemo_rl_disabled_backend_ignores_everything(tmp_path: Path) -> None:

@@ -6,11 +6,22 @@ findings, the anchor of the statement that raises in that release.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from conftest import ROOT
 
 from checks.catalogue import example_environment, run_example
+from checks.config import Environment
+from checks.engine import run
+from checks.loaders import Request, load
 from checks.rules import BY_ID
 from checks.rules.base import Example
+from checks.versions import NEMO_RL_VERSIONS, nemo_rl_commit
 
 LAYER = "model:\n  num_layers: 8\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n"
 FG = "model:\n  fine_grained_activation_offloading: true\n  offload_modules: {}\n" \
@@ -115,3 +126,86 @@ def test_megatron_lm_flags_exist_from_their_release(flag: str, versions: tuple[s
         example = Example(f"--num-layers 8 {flag} 1", "megatron-lm", version=version, te="2.9")
         rules = {f.rule for f in run_example(BY_ID["ACT001"], example)}
         assert ("CFG003" in rules) == (version not in versions), (version, rules)
+
+
+# --- NeMo-RL releases ---------------------------------------------------------------------------
+
+NRL = "policy:\n  megatron_cfg:\n    enabled: true\n"
+NRL_SETUP = "NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/megatron/setup.py"
+NRL_MOE = NRL + ("    fine_grained_activation_offloading: true\n    offload_modules: [moe_act]\n"
+                 "    env_vars:\n      NVTE_CPU_OFFLOAD_V1: '1'\n    model_overrides:\n      num_moe_experts: {}\n")
+
+# (NeMo-RL release, yaml, expected: {rule: (severity, anchor suffix or None)})
+NRL_CASES = [
+    # Keys a release reads outside its MegatronConfig TypedDict are keys of that release
+    # (0.4.0 megatron_policy_worker.py:569-612, 0.6.0 setup.py:502, 0.7.0 setup.py:560/:741/:930).
+    ("0.4.0", NRL + "    moe_router_dtype: fp32\n    moe_permute_fusion: false\n    apply_rope_fusion: true\n"
+                    "    layernorm_epsilon: 1.0e-6\n    train_iters: 10\n", {}),
+    ("0.6.0", NRL + "    moe_router_load_balancing_type: none\n    fp8_cfg:\n      enabled: true\n"
+                    "      fp8: hybrid\n", {}),
+    ("0.7.0", NRL + "    moe_router_dtype: fp32\n    moe_permute_fusion: true\n    train_iters: 10\n", {}),
+    # A key of a later release only: that release drops it.
+    ("0.7.0", NRL + "    cuda_graph_modules: [attn]\n", {"CFG003": ("error", None)}),
+    # Every key present under megatron_cfg counts as first-class (setup.py:760), even one NeMo-RL
+    # otherwise ignores there: with the same key in model_overrides it raises instead of dropping it.
+    ("main", NRL + "    cpu_offloading: true\n    model_overrides:\n      cpu_offloading: true\n"
+                   "      cpu_offloading_num_layers: 1\n      num_layers: 8\n",
+     {"CFG006": ("error", f"{NRL_SETUP}:772")}),
+    ("main", NRL + "    cpu_offloading: true\n", {"CFG001": ("error", None)}),
+    # NeMo-RL refuses MoE-only modules when num_moe_experts is None, and only then (setup.py:1199-1203).
+    ("main", NRL_MOE.format("null"), {"FGA013": ("error", f"{NRL_SETUP}:1203")}),
+    ("main", NRL_MOE.format("0"), {"FGA013": ("warning", None)}),
+]
+
+
+@pytest.mark.parametrize("release,text,expected", NRL_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(NRL_CASES)])
+def test_nemo_rl_rule_per_release(release: str, text: str, expected: dict) -> None:
+    findings = run_example(BY_ID["CFG006"], Example(text, "nemo-rl", nemo_rl=release))
+    got = {f.rule: (f.severity, f.upstream.anchor if f.upstream else None) for f in findings}
+    assert set(got) == set(expected), [(f.rule, f.message) for f in findings]
+    for rule, (severity, anchor) in expected.items():
+        assert got[rule][0] == severity
+        assert (got[rule][1] or "").endswith(anchor or "") and (got[rule][1] is None) == (anchor is None)
+
+
+def test_nemo_rl_stray_key_in_both_places_is_reported_as_the_conflict() -> None:
+    text = NRL_CASES[4][1]
+    (finding,) = run_example(BY_ID["CFG006"], Example(text, "nemo-rl", nemo_rl="main"))
+    assert "megatron_cfg.cpu_offloading is also set" in finding.message
+    assert finding.fix.startswith("Delete megatron_cfg.cpu_offloading")
+    assert "drops" not in finding.message
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nemo-rl"
+NEMO_RL_GIT = os.environ.get("NEMO_RL_GIT")
+NEEDS_GIT = pytest.mark.skipif(not NEMO_RL_GIT, reason="set NEMO_RL_GIT to an NVIDIA-NeMo/RL git directory "
+                                                      "(a bare mirror will do) to compare with upstream")
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["as-shipped", "megatron-enabled"])
+@pytest.mark.parametrize("release", NEMO_RL_VERSIONS)
+def test_nemo_rl_own_example_config_passes_with_its_release(release: str, enabled: bool) -> None:
+    """NeMo-RL's examples/configs/grpo_math_1B.yaml of each release, checked with that --nemo-rl-version."""
+    sets = ("policy.megatron_cfg.enabled=true",) if enabled else ()
+    request = Request((str(FIXTURES / release / "grpo_math_1B.yaml"),), sets, None, "nemo-rl",
+                      environment=Environment(nemo_rl_version=release))
+    errors = [(f.rule, f.message) for f in run(load(request)) if f.severity == "error"]
+    assert errors == []
+
+
+@NEEDS_GIT
+@pytest.mark.parametrize("release", NEMO_RL_VERSIONS)
+def test_nemo_rl_example_fixtures_are_upstream_bytes(release: str) -> None:
+    upstream = subprocess.run(["git", "-C", str(NEMO_RL_GIT), "show",
+                               f"{nemo_rl_commit(release)}:examples/configs/grpo_math_1B.yaml"],
+                              check=True, capture_output=True).stdout
+    assert (FIXTURES / release / "grpo_math_1B.yaml").read_bytes() == upstream
+
+
+@NEEDS_GIT
+def test_nemo_rl_key_table_is_what_the_tool_derives() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "nemo_rl_keys.py"), "--git", str(NEMO_RL_GIT)],
+                          check=True, capture_output=True, text=True)
+    on_disk = (ROOT / "checks" / "data" / "nemo_rl_keys.json").read_text(encoding="utf-8")
+    assert json.loads(done.stdout) == json.loads(on_disk), \
+        "run: python tools/nemo_rl_keys.py --git $NEMO_RL_GIT > checks/data/nemo_rl_keys.json"

@@ -13,17 +13,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from checks.config import CanonicalConfig, Ignored, Origin, Setting, Unrecognised
+from checks.config import CanonicalConfig, Ignored, Origin, Rejected, Setting, Unrecognised
 from checks.errors import InputError
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
 from checks.loaders.common import Request, apply_overrides, hydra_lines, with_environment
-from checks.versions import Profile, nemo_rl_keys, profile
+from checks.versions import Profile, nemo_rl_applied, nemo_rl_keys, nemo_rl_typed_keys, profile
 from checks.yamlio import load_yaml
 
 TARGETS: tuple[str, ...] = ("policy", "value")
 
-# megatron_cfg keys with their own handling below; the other keys that are also model fields map 1:1.
+# megatron_cfg keys with their own handling below; the other keys NeMo-RL copies onto the model config
+# under the same name (nemo_rl_applied) map 1:1. A key it only reads does not reach the model: main reads
+# virtual_pipeline_model_parallel_size only to refuse VPP for Nemotron Omni
+# (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/policy/workers/megatron_policy_worker.py:640).
 _SPECIAL = frozenset({
     "activation_checkpointing", "recompute_granularity", "recompute_modules", "fine_grained_activation_offloading",
     "offload_modules", "cuda_graph_modules", "optimizer", "distributed_data_parallel_config", "model_overrides",
@@ -96,7 +99,8 @@ def _canonical(tree: trees.Tree, target: str, request: Request) -> CanonicalConf
     tree = interpolation.resolve(tree, _wanted(tree, target))
     mc = trees.get(tree, prefix)
     keys = nemo_rl_keys(request.environment.nemo_rl_version)
-    mapper = _Mapper(prof, target, keys)
+    version = request.environment.nemo_rl_version
+    mapper = _Mapper(prof, target, keys, nemo_rl_applied(version), nemo_rl_typed_keys(version))
     enabled = mc.get("enabled")
     mapper.map_megatron_cfg(mc)
     precision = trees.get(tree, (target, "precision"))
@@ -112,11 +116,13 @@ def _canonical(tree: trees.Tree, target: str, request: Request) -> CanonicalConf
                  "setting applies"
         mapper.ignored.extend(Ignored(path, s, reason) for path, s in mapper.settings.items())
         mapper.settings.clear()
+        mapper.rejected.clear()
     with_environment(mapper.settings, request.environment, launch_wins=False)
     return CanonicalConfig(
         flavor="nemo-rl", version=request.version, settings=mapper.settings, target=target,
-        spelling=NemoRlSpelling(target, prof, existing, keys), unrecognised=tuple(mapper.unrecognised),
-        ignored=tuple(mapper.ignored), inputs=request.files, environment=request.environment,
+        spelling=NemoRlSpelling(target, prof, existing, keys, mapper.first_class),
+        unrecognised=tuple(mapper.unrecognised), ignored=tuple(mapper.ignored), rejected=tuple(mapper.rejected),
+        inputs=request.files, environment=request.environment,
     )
 
 
@@ -138,26 +144,35 @@ def _wanted(tree: trees.Tree, target: str) -> list[tuple[Any, ...]]:
 class _Mapper:
     """Map one megatron_cfg subtree onto canonical settings, as setup.py applies it."""
 
-    def __init__(self, prof: Profile, target: str, keys: frozenset[str]) -> None:
+    def __init__(self, prof: Profile, target: str, keys: frozenset[str], applied: frozenset[str],
+                 typed: frozenset[str]) -> None:
         self.prof = prof
         self.target = target
         self.keys = keys  # what this NeMo-RL version reads under megatron_cfg
+        self.applied = applied  # what it copies onto the model config by name
+        self.typed = typed  # its MegatronConfig fields
+        # the model fields a first-class megatron_cfg key sets (the rest only via model_overrides)
+        self.first_class = frozenset(keys & (applied | _SPECIAL))
         self.settings: dict[str, Setting] = {}
         self.unrecognised: list[Unrecognised] = []
         self.ignored: list[Ignored] = []
+        self.rejected: list[Rejected] = []
 
     def derive(self, path: str, value: Any, source: Setting, note: str) -> None:
         o = source.origin
         self.settings[path] = Setting(value, Origin(o.file, o.line, o.arg, o.key, note))
 
     def map_megatron_cfg(self, mc: trees.Tree) -> None:
+        clashes = self._override_conflicts(mc)
         for name, node in mc.items():
             if name not in self.keys:
+                if name in clashes:
+                    continue  # not dropped: NeMo-RL raises on the model_overrides entry (rejected below)
                 if _meaningful(node):  # an unused key left at null/false/{} changes nothing
                     self.unrecognised.append(Unrecognised("megatron_cfg", name, _leaf(node), "ignored"))
             elif name in _SPECIAL:
                 continue
-            elif isinstance(node, Setting) and self.prof.field("model", name) is not None:
+            elif isinstance(node, Setting) and name in self.applied and self.prof.field("model", name) is not None:
                 value = _DTYPES.get(node.value, node.value) if name == "pipeline_dtype" else node.value
                 self.settings[f"model.{name}"] = Setting(value, node.origin)
         known = {k: v for k, v in mc.items() if k in self.keys}
@@ -167,7 +182,7 @@ class _Mapper:
         self._fp8(known)
         self._section(known.get("optimizer"), "optimizer", "crash")
         self._ddp(known)
-        self._model_overrides(known.get("model_overrides"))
+        self._model_overrides(known.get("model_overrides"), clashes)
         env = known.get("env_vars")
         if isinstance(env, dict):
             for key, setting in env.items():
@@ -252,9 +267,21 @@ class _Mapper:
                                             "NeMo-RL passes only grad_reduce_in_fp32, overlap_grad_reduce, "
                                             "overlap_param_gather and data_parallel_sharding_strategy on"))
 
-    def _model_overrides(self, node: Any) -> None:
+    def _override_conflicts(self, mc: trees.Tree) -> frozenset[str]:
+        """The ``model_overrides`` entries NeMo-RL refuses: those naming a ``MegatronConfig`` field or any key
+        present directly under ``megatron_cfg``, even one it otherwise ignores (NVIDIA-NeMo/RL@7ea279ab:
+        nemo_rl/models/megatron/setup.py:663-664, 760-763; only a non-empty ``model_overrides`` is checked)."""
+        overrides = mc.get("model_overrides") if "model_overrides" in self.keys else None
+        if not isinstance(overrides, dict) or not overrides:
+            return frozenset()
+        return frozenset(overrides) & ((self.typed | frozenset(mc)) - {"model_overrides"})
+
+    def _model_overrides(self, node: Any, clashes: frozenset[str]) -> None:
         if not isinstance(node, dict):
             return
+        for name in sorted(clashes):
+            where = "is a MegatronConfig field" if name in self.typed else "is also set directly under megatron_cfg"
+            self.rejected.append(Rejected(f"model.{name}", _leaf(node[name]), f"model_overrides: {name} {where}"))
         for name, setting in node.items():
             if self.prof.field("model", name) is None:
                 # _merge_model_overrides raises AttributeError for a field the provider lacks.
@@ -280,11 +307,13 @@ def _leaf(node: Any) -> Setting:
 class NemoRlSpelling:
     """Hydra override keys for NeMo-RL's entry points (``examples/run_grpo.py ... KEY=VALUE``)."""
 
-    def __init__(self, target: str, prof: Profile, existing: set[str], keys: frozenset[str]) -> None:
+    def __init__(self, target: str, prof: Profile, existing: set[str], keys: frozenset[str],
+                 first_class: frozenset[str]) -> None:
         self.base = f"{target}.megatron_cfg"
         self.prof = prof
         self.existing = existing
         self.keys = keys
+        self.first_class = first_class
 
     def key(self, path: str) -> str | None:
         """The override key for a canonical path, or None where this NeMo-RL version has no way to set it."""
@@ -297,7 +326,7 @@ class NemoRlSpelling:
             return f"{self.base}.distributed_data_parallel_config.{name}"
         if section == "env":
             return f"{self.base}.env_vars.{name}"
-        if name in self.keys:
+        if name in self.first_class:
             return f"{self.base}.{name}"
         return f"{self.base}.model_overrides.{name}" if "model_overrides" in self.keys else None
 

@@ -406,7 +406,7 @@ def check_mhc_recompute(ctx: Context) -> Iterator[Hit]:
 
 
 def check_moe_modules_on_dense(ctx: Context) -> Iterator[Hit]:
-    """MoE modules offload nothing in a dense model (NeMo-RL refuses them).
+    """MoE modules offload nothing in a dense model (NeMo-RL refuses them when `num_moe_experts` is null).
 
     What it checks:
         `expert_fc1`, `moe_act` or `fused_group_mlp` in `offload_modules` when the config
@@ -415,8 +415,8 @@ def check_moe_modules_on_dense(ctx: Context) -> Iterator[Hit]:
 
     Why it matters:
         Only Transformer Engine's grouped MLP calls the offload interface; elsewhere the
-        modules are silently skipped. NeMo-RL checks the dense case and raises
-        `ValueError`.
+        modules are silently skipped. NeMo-RL raises `ValueError` when `num_moe_experts`
+        is null; it tests `is None`, so 0 passes its check and gets the warning.
 
     Source:
         NeMo-RL `_apply_performance_config`; megatron-core `TEGroupedMLP` (the only
@@ -426,7 +426,10 @@ def check_moe_modules_on_dense(ctx: Context) -> Iterator[Hit]:
     if not (ctx.get(_SWITCH) and moe):
         return
     if ctx.is_set("model.num_moe_experts") and not ctx.get("model.num_moe_experts"):
-        upstream = ctx.upstream(up.NRL_MOE_ONLY, modules=str(moe)) if ctx.flavor == "nemo-rl" else None
+        # NeMo-RL tests `num_moe_experts is None`, so 0 passes its check
+        # (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/megatron/setup.py:1199-1203).
+        refused = ctx.flavor == "nemo-rl" and ctx.get("model.num_moe_experts") is None
+        upstream = ctx.upstream(up.NRL_MOE_ONLY, modules=str(moe)) if refused else None
         yield Hit(_MODULES, f"offload_modules has {moe} but the model is dense (num_moe_experts is "
                   f"{ctx.get('model.num_moe_experts')!r}): they offload nothing",
                   "Use dense modules such as core_attn and attn_proj", upstream=upstream,

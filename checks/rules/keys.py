@@ -73,7 +73,9 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
     Why it matters:
         Depending on the front end the run either fails at start-up (Megatron-LM
         argparse, NeMo-RL) or drops the key without a word (Bridge providers, NeMo-RL's
-        `megatron_cfg`), in which case the offloading you configured never happens.
+        `megatron_cfg`), in which case the offloading you configured never happens. A
+        stray `megatron_cfg` key that `model_overrides` also sets is not dropped: NeMo-RL
+        raises, and CFG006 reports it.
 
     Source:
         Beyond upstream.
@@ -181,16 +183,22 @@ def check_version(ctx: Context) -> Iterator[Hit]:
         A config key or Megatron-LM flag that some known megatron-core version has but the
         selected one (`--mcore-version`) does not, e.g. `activation_offload_fraction`
         (from 0.19) with 0.16, or `--cpu-offloading-num-layers` (from 0.16) with 0.15.
-        Offloading keys are reported one by one as errors; other keys are gathered in one
-        warning, since many of them usually mean the version is wrong.
+        Also a key under NeMo-RL's `megatron_cfg` that another NeMo-RL release reads but
+        the selected one (`--nemo-rl-version`) does not, e.g. `cuda_graph_modules` with
+        0.7.0. Offloading keys, keys the front end refuses at start-up, and every
+        `megatron_cfg` key (NeMo-RL drops it without a word) are reported one by one as
+        errors; other megatron-core keys are gathered in one warning, since many of them
+        usually mean `--mcore-version` is wrong.
 
     Why it matters:
         The Megatron-LM parser exits on an unknown flag; Bridge and NeMo-RL drop or
-        reject a field their megatron-core lacks. Either way the setting does not do what
-        the config says.
+        reject a field their megatron-core lacks, and NeMo-RL drops a `megatron_cfg` key
+        its release does not read. Either way the setting does not do what the config
+        says.
 
     Source:
-        Beyond upstream: the field tables of each release (`tools/mcore_fields.py`).
+        Beyond upstream: the field tables of each release (`tools/mcore_fields.py`) and
+        the keys each NeMo-RL release reads under `megatron_cfg` (`tools/nemo_rl_keys.py`).
     """
     others: list[tuple[str, tuple[str, ...]]] = []
     for item in ctx.cfg.unrecognised:
@@ -281,30 +289,36 @@ def check_model_overrides_conflict(ctx: Context) -> Iterator[Hit]:
 
     What it checks:
         A NeMo-RL config (main) with a key under `megatron_cfg.model_overrides` that
-        NeMo-RL also reads directly under `megatron_cfg` (for example
-        `fine_grained_activation_offloading` or `recompute_granularity`).
+        NeMo-RL counts as first-class: a field of its `MegatronConfig` (for example
+        `fine_grained_activation_offloading` or `recompute_granularity`), or any key
+        written directly under `megatron_cfg`, even one NeMo-RL otherwise ignores there
+        (a stray `megatron_cfg.cpu_offloading` next to `model_overrides.cpu_offloading`).
 
     Why it matters:
         NeMo-RL raises `ValueError` at set-up: the first-class key decides, and silently
         preferring one of two values would hide a mistake. Layer-level `cpu_offloading*`
-        has no first-class key, so `model_overrides` is the right place for it.
+        has no first-class key, so `model_overrides` is the right place for it, and only
+        there.
 
     Source:
         NeMo-RL `_validate_model_override_conflicts`.
     """
-    first_class = nemo_rl_keys(ctx.cfg.environment.nemo_rl_version) - {"model_overrides"}
-    conflicts = sorted({path.split(".", 1)[1] for path, s in ctx.cfg.settings.items()
-                        if ".model_overrides." in s.origin.key and path.split(".", 1)[1] in first_class})
-    if not conflicts:
+    names = sorted(item.path.split(".", 1)[1] for item in ctx.cfg.rejected if item.path.startswith("model."))
+    if not names:
         return
+    reads = nemo_rl_keys(ctx.env.nemo_rl_version)
+    why = [f"{n!r} is a first-class megatron_cfg key" if n in reads else
+           f"megatron_cfg.{n} is also set (NeMo-RL does not read it there, but counts it)" for n in names]
+    fixes = [f"set {n} directly under megatron_cfg, not in model_overrides" if n in reads else
+             f"delete megatron_cfg.{n} (NeMo-RL reads {n} only from model_overrides)" for n in names]
     # NeMo-RL's message names policy.megatron_cfg even for the value model.
     text = ", ".join(f"policy.megatron_cfg.model_overrides.{n} conflicts with policy.megatron_cfg.{n}"
-                     for n in conflicts)
-    first = ctx.setting(f"model.{conflicts[0]}")
-    yield Hit(f"model.{conflicts[0]}", f"model_overrides sets {conflicts}, which NeMo-RL reads directly under "
-              "megatron_cfg", "Move them out of model_overrides to the first-class keys",
-              upstream=ctx.upstream(up.NRL_OVERRIDE_CONFLICT, conflicts=text),
-              origin=first.origin if first else None)
+                     for n in names)
+    first = next(item for item in ctx.cfg.rejected if item.path == f"model.{names[0]}")
+    fix = "; ".join(fixes)
+    yield Hit(f"model.{names[0]}", f"model_overrides sets {names}, which NeMo-RL refuses: {'; '.join(why)}",
+              fix[0].upper() + fix[1:],
+              upstream=ctx.upstream(up.NRL_OVERRIDE_CONFLICT, conflicts=text), origin=first.setting.origin)
 
 
 def _short(value: Any) -> str:
