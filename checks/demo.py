@@ -74,9 +74,11 @@ def entries() -> list[Entry]:
 
 
 def check_entry(entry: Entry) -> tuple[Report, list[Finding]]:
-    configs = load(entry.request())
+    request = entry.request()
+    configs = load(request)
     findings = run(configs)
-    return Report(tuple(findings), configs[0].flavor, entry.version, entry.files), findings
+    # the request's environment, so the summary names the NeMo-RL release the findings were checked against
+    return Report(tuple(findings), configs[0].flavor, entry.version, entry.files, request.environment), findings
 
 
 def run_examples(fmt: str) -> int:

@@ -40,3 +40,11 @@ def test_patches_as_overrides_fix_what_they_patch(entry: Entry) -> None:
                              request.version)))
     remaining = {(f.rule, f.path, f.target) for f in after}
     assert not remaining & {(f.rule, f.path, f.target) for f in patched}, (lines, remaining)
+
+
+def test_the_summary_names_the_releases_the_example_was_checked_against() -> None:
+    from checks.report import render_text
+
+    entry = next(e for e in entries() if e.nemo_rl_version != "main")
+    report, _ = check_entry(entry)
+    assert f"NeMo-RL {entry.nemo_rl_version}" in render_text(report).splitlines()[-2 if report.findings else -1]
