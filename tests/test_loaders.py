@@ -177,6 +177,15 @@ def test_nemo_rl_disabled_backend_ignores_everything(tmp_path: Path) -> None:
     assert [i.path for i in cfg.ignored] == ["optimizer.optimizer_cpu_offload"]
 
 
+def test_nemo_rl_disabled_backend_reports_only_what_the_user_wrote_and_would_act(tmp_path: Path) -> None:
+    # false changes nothing, and offload_modules=[] is derived from it, not written: neither is reported
+    path = tmp_path / "c.yaml"
+    path.write_text("policy:\n  megatron_cfg:\n    enabled: false\n    fine_grained_activation_offloading: false\n"
+                    "    offload_modules: [core_attn]\n")
+    cfg = one(Request((str(path),)))
+    assert [(i.path, i.setting.value) for i in cfg.ignored] == [("model.offload_modules", ["core_attn"])]
+
+
 def test_nemo_rl_override_section_replaces_parent(tmp_path: Path) -> None:
     (tmp_path / "base.yaml").write_text("policy:\n  megatron_cfg:\n    enabled: true\n    optimizer:\n"
                                         "      optimizer_cpu_offload: true\n")

@@ -114,7 +114,10 @@ def _canonical(tree: trees.Tree, target: str, request: Request) -> CanonicalConf
     if isinstance(enabled, Setting) and enabled.value is False:
         reason = f"{target}.megatron_cfg.enabled is false: the Megatron backend is not used, so no Megatron " \
                  "setting applies"
-        mapper.ignored.extend(Ignored(path, s, reason) for path, s in mapper.settings.items())
+        # What the user wrote and what it would have done: a derived value (offload_modules=[] from
+        # fine_grained_activation_offloading=false) is not theirs, and a false or empty one changes nothing.
+        mapper.ignored.extend(Ignored(path, s, reason) for path, s in mapper.settings.items()
+                              if not s.origin.note and _meaningful(s))
         mapper.settings.clear()
         mapper.rejected.clear()
     with_environment(mapper.settings, request.environment, launch_wins=False)
