@@ -275,3 +275,15 @@ def test_detect_flavor_from_overrides_and_argv() -> None:
     assert detect_flavor(Request(argv="--num-layers 2")) == "megatron-lm"
     with pytest.raises(InputError, match="pass --flavor"):
         detect_flavor(Request((), ("train.train_iters=3",)))
+
+
+def test_nemo_rl_before_0_7_has_no_megatron_value_model(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("policy:\n  megatron_cfg:\n    enabled: true\nvalue:\n  megatron_cfg:\n    enabled: true\n"
+                    "    not_a_key: 1\n    optimizer:\n      optimizer_cpu_offload: true\n")
+    for version, read in (("0.6.0", False), ("0.7.0", True)):
+        env = Environment(nemo_rl_version=version)
+        value = next(c for c in load(Request((str(path),), version="0.19.2", environment=env)) if c.target == "value")
+        assert ("optimizer.optimizer_cpu_offload" in value.settings) is read
+        assert bool(value.unrecognised) is read
+        assert [i.path for i in value.ignored] == ([] if read else ["optimizer.optimizer_cpu_offload"])

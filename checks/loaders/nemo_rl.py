@@ -18,10 +18,13 @@ from checks.errors import InputError
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
 from checks.loaders.common import Request, apply_overrides, hydra_lines, with_environment
-from checks.versions import Profile, nemo_rl_applied, nemo_rl_keys, nemo_rl_typed_keys, profile
+from checks.versions import Profile, nemo_rl_applied, nemo_rl_keys, nemo_rl_typed_keys, profile, version_key
 from checks.yamlio import load_yaml
 
 TARGETS: tuple[str, ...] = ("policy", "value")
+# PPO's Megatron value model: nemo_rl/models/value/ first ships in 0.7.0 (absent at 0.6.0's 5fb58893).
+_VALUE_MODEL_SINCE = "0.7.0"
+_VALUE_MODEL = "NVIDIA-NeMo/RL@81aa43dd:nemo_rl/models/value/config.py"
 
 # megatron_cfg keys with their own handling below; the other keys NeMo-RL copies onto the model config
 # under the same name (nemo_rl_applied) map 1:1. A key it only reads does not reach the model: main reads
@@ -111,9 +114,14 @@ def _canonical(tree: trees.Tree, target: str, request: Request) -> CanonicalConf
         if isinstance(node, Setting):
             mapper.settings[path] = node
     existing = {".".join(map(str, keys)) for keys, _ in trees.leaves(tree)}
+    reason = None
     if isinstance(enabled, Setting) and enabled.value is False:
         reason = f"{target}.megatron_cfg.enabled is false: the Megatron backend is not used, so no Megatron " \
                  "setting applies"
+    elif target == "value" and version_key(version) < version_key(_VALUE_MODEL_SINCE):
+        reason = f"NeMo-RL {version} has no Megatron value model (it arrived in {_VALUE_MODEL_SINCE}: {_VALUE_MODEL})"
+        mapper.unrecognised.clear()  # the whole section is unread, not only its unknown keys
+    if reason is not None:
         # What the user wrote and what it would have done: a derived value (offload_modules=[] from
         # fine_grained_activation_offloading=false) is not theirs, and a false or empty one changes nothing.
         mapper.ignored.extend(Ignored(path, s, reason) for path, s in mapper.settings.items()

@@ -209,7 +209,7 @@ def check_version(ctx: Context) -> Iterator[Hit]:
         nemo_rl = item.section == "megatron_cfg"
         product, current = ("NeMo-RL", ctx.env.nemo_rl_version) if nemo_rl else ("megatron-core", ctx.version)
         if is_offload_related(item.name) or item.consequence == "crash" or nemo_rl:
-            newer = [v for v in present if v == "main" or (not nemo_rl and _newer(v, ctx.version))]
+            newer = [v for v in present if _newer(v, current)]
             advice = f"upgrade {product} to {newer[0]}{'' if newer[0] == 'main' else ' or later'}" if newer else \
                 f"use {product} {present[-1]} or earlier"
             option = "--nemo-rl-version" if nemo_rl else "--mcore-version"
