@@ -201,6 +201,21 @@ def test_plan_reads_a_config_and_takes_its_offload_settings(capsys: pytest.Captu
     assert document["training"]["tensor_parallel"] == 2 and document["training"]["data_parallel"] == 4
 
 
+def test_a_preset_with_overrides_keeps_the_presets_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--preset X --set KEY=V` plans the preset's job with one change: sizes the overrides leave unsaid come
+    from the preset, those they state win."""
+    _, out, _ = run(capsys, "--preset", "llama3-70b", "--gpus", "64", "--set", "model.cpu_offloading=false",
+                    "--format", "json")
+    training = json.loads(out)["training"]
+    layout = PRESETS["llama3-70b"].parallelism
+    assert (training["tensor_parallel"], training["pipeline_parallel"]) == (layout.tensor, layout.pipeline)
+    assert training["seq_length"] == PRESETS["llama3-70b"].seq_length
+    _, out, _ = run(capsys, "--preset", "llama3-70b", "--gpus", "64", "--set", "model.pipeline_model_parallel_size=8",
+                    "--format", "json")
+    training = json.loads(out)["training"]
+    assert (training["tensor_parallel"], training["pipeline_parallel"]) == (layout.tensor, 8)
+
+
 @pytest.mark.parametrize("argv,expected", [
     ((), "give a config"),
     (("--preset", "llama5",), "unknown preset 'llama5'"),

@@ -67,14 +67,23 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
                        f"({name or 'policy.model_name is not set'}), which is not one of the presets")
             return f"the planner needs the model's dimensions: {why}; add --preset NAME (known: {', '.join(PRESETS)})"
         shape: ModelShape = preset.shape
-        tp = _int(ctx, "model.tensor_model_parallel_size", 1)
-        par = Parallelism(tensor=tp, pipeline=_int(ctx, "model.pipeline_model_parallel_size", 1),
-                          expert=_int(ctx, "model.expert_model_parallel_size", 1),
-                          expert_tensor=_int(ctx, "model.expert_tensor_parallel_size", tp))
+        # Sizes the config leaves unsaid come from the preset's layout, not from 1: `--preset X --set KEY=V`
+        # should plan the preset's job with one change, not a different job.
+        layout = preset.parallelism
+        tp = _stated(ctx, "model.tensor_model_parallel_size", layout.tensor)
+        par = Parallelism(tensor=tp, pipeline=_stated(ctx, "model.pipeline_model_parallel_size", layout.pipeline),
+                          expert=_stated(ctx, "model.expert_model_parallel_size", layout.expert),
+                          expert_tensor=_stated(ctx, "model.expert_tensor_parallel_size",
+                                                layout.expert_tensor if tp == layout.tensor else tp))
+        default_seq_length = preset.seq_length
         source = f"config (model from preset {preset.name})"
         notes.append(f"model dimensions from preset {preset.name}: {'; '.join(preset.sources)}")
+        unsaid = [path.split(".")[1] for path in _LAYOUT if not ctx.is_set(path)]
+        if unsaid:
+            notes.append(f"{', '.join(unsaid)} from preset {preset.name} (the config does not set them)")
     else:
         shape, par = found
+        default_seq_length = 4096
     cp = _int(ctx, "model.context_parallel_size", 1)
     dp = data_parallel or _nemo_rl_data_parallel(ctx, par, cp)
     if dp is None:
@@ -82,9 +91,10 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
         notes.append(f"data-parallel size {dp}: the config does not say how many GPUs run it (set --gpus)")
     training = Training(
         shape=shape, par=par, data_parallel=dp, context_parallel=cp,
-        seq_length=_int(ctx, "run.seq_length", 4096), micro_batch_size=_int(ctx, "run.micro_batch_size", 1),
+        seq_length=_int(ctx, "run.seq_length", default_seq_length), micro_batch_size=_int(ctx, "run.micro_batch_size", 1),
         global_batch_size=_int(ctx, "run.global_batch_size", 0),
-        sequence_parallel=bool(ctx.get("model.sequence_parallel")),
+        sequence_parallel=bool(ctx.get("model.sequence_parallel")) if ctx.is_set("model.sequence_parallel")
+        else par.tensor > 1 and source != "config",
         recompute=_recompute(ctx), recompute_method=str(ctx.get("model.recompute_method") or "uniform"),
         recompute_num_layers=_int(ctx, "model.recompute_num_layers", 1),
         flash_attention=str(ctx.get("model.attention_backend") or "auto") not in ("unfused", "local"),
@@ -100,11 +110,20 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
         exp_avg_sq_bytes=_DTYPE_BYTES.get(str(ctx.get("optimizer.exp_avg_sq_dtype")), 4),
         bucket_size=_bucket_size(ctx, dp), version=ctx.version)
     if not ctx.is_set("run.seq_length"):
-        notes.append("sequence length 4096: the config does not state it")
+        notes.append(f"sequence length {default_seq_length}: the config does not state it")
     if ctx.get("model.fp8") or ctx.get("model.fp4"):
         notes.append("fp8/fp4 activations are counted at bf16 size: the quantized copies Transformer Engine "
                      "saves are not modelled")
     return Job(training, _offload(ctx), source, tuple(notes))
+
+
+_LAYOUT = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+           "model.expert_model_parallel_size", "model.expert_tensor_parallel_size")
+
+
+def _stated(ctx: Context, path: str, otherwise: int) -> int:
+    """The config's value when the input sets it (the front end's defaults do not count), else ``otherwise``."""
+    return _int(ctx, path, otherwise) if ctx.is_set(path) else otherwise
 
 
 def _int(ctx: Context, path: str, default: int) -> int:
