@@ -91,7 +91,8 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
         notes.append(f"data-parallel size {dp}: the config does not say how many GPUs run it (set --gpus)")
     training = Training(
         shape=shape, par=par, data_parallel=dp, context_parallel=cp,
-        seq_length=_int(ctx, "run.seq_length", default_seq_length), micro_batch_size=_int(ctx, "run.micro_batch_size", 1),
+        seq_length=_int(ctx, "run.seq_length", default_seq_length),
+        micro_batch_size=_int(ctx, "run.micro_batch_size", 1),
         global_batch_size=_int(ctx, "run.global_batch_size", 0),
         sequence_parallel=bool(ctx.get("model.sequence_parallel")) if ctx.is_set("model.sequence_parallel")
         else par.tensor > 1 and source != "config",
