@@ -86,6 +86,14 @@ def test_the_defects_the_issue_names_are_each_caught_by_a_seeded_rule() -> None:
     assert {"SKL010", "SKL008", "CRD009", "CRD005", "SKL002"} <= seeded
 
 
+def test_a_wrong_count_in_the_measured_table_is_caught_too(tmp_path: Path, pristine: Path) -> None:
+    copy = tmp_path / SKILL_NAME
+    shutil.copytree(pristine, copy)
+    Seed("SKILL.md", r"\b40252480\b", "40000000").apply(copy)  # a byte count: no unit to spot it by
+    hits = [f for f in lint(copy) if f.rule == "SKL010"]
+    assert [h.path for h in hits] == ["40000000"]
+
+
 def test_a_seed_that_no_longer_matches_fails_loudly(tmp_path: Path) -> None:
     (tmp_path / "SKILL.md").write_text("nothing here\n")
     with pytest.raises(AssertionError, match="not found"):

@@ -23,6 +23,8 @@ REQUIRED_SECTIONS = ("Quick decision table", "Instructions", "Examples", "Parame
                      "Verification", "Safety", "Limitations", "Measured", "Maintainers", "Changelog")
 # A number with a unit of measurement: what a benchmark or a report produces.
 _MEASUREMENT = re.compile(r"(?<![\w.\-])(\d+(?:\.\d+)?)\s?(x|×|%|ms|s|µs|us|GB|GiB|MB|MiB)(?![\w])")
+_BARE_NUMBER = re.compile(r"(?<![\w.\-])\d+(?:\.\d+)?(?![\w.])")
+_RELEASE = re.compile(r"\b\d+\.\d+\.\d+\b")
 # A file or folder of this repository named in prose (a bare file name may be the user's own file).
 _REPO_PATH = re.compile(r"^(?:reference|examples|checks|benchmarks|tools|evals|tests)/[\w./-]*$")
 _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -216,19 +218,26 @@ def check_quoted_errors(skill: Skill) -> Iterator[LintHit]:
 
 
 def check_numbers(skill: Skill) -> Iterator[LintHit]:
-    """Every measured number SKILL.md states (a number with a unit: x, %, s, ms, GB...) is in card.yaml.
+    """Every measured number SKILL.md states is in card.yaml.
 
-    The number must equal, at the precision written, a value of ``measured_results`` (which CRD004 ties
-    to its artifact) or of ``reported_by_others``; percentages may also be a fraction there (0.34% for
-    0.003434). Fenced code and code spans are not read: they hold commands and settings, not results.
+    Read are the numbers with a unit (x, %, s, ms, GB...) anywhere, and every number in the rows of the
+    Measured section's table (byte counts, counts of configs; release numbers such as 0.14.0 are not
+    numbers). Each must equal, at the precision written, a value of ``measured_results`` (which CRD004
+    ties to its artifact) or of ``reported_by_others``; percentages may also be a fraction there (0.34%
+    for 0.003434). Fenced code and code spans are not read: they hold commands and settings, not results.
     """
     doc, card = skill.skill, skill.card
     if doc is None or card is None:
         return
     values = list(_card_numbers(card.data))
+    measured = doc.section("Measured")
+    table_lines = {n for n, _ in doc.table_rows(measured)} if measured is not None else set()
     for number, line in doc.lines_of():
-        for m in _MEASUREMENT.finditer(without_code_spans(line)):
-            text, unit = m.group(1), m.group(2)
+        prose = without_code_spans(line)
+        found = [(m.group(1), m.group(2)) for m in _MEASUREMENT.finditer(prose)]
+        if number in table_lines:
+            found += [(m.group(0), "") for m in _BARE_NUMBER.finditer(_RELEASE.sub(" ", _MEASUREMENT.sub(" ", prose)))]
+        for text, unit in found:
             decimals = len(text.split(".")[1]) if "." in text else 0
             stated = float(text)
             scales = (1.0, 100.0) if unit == "%" else (1.0,)
