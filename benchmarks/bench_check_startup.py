@@ -12,26 +12,18 @@ Goals (issue #2): checker median <= 0.2 s, and >= 25x faster than the peer.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import ROOT, revision_pins
+from benchmarks.common import ROOT, cold_starts, write_artifact
 from checks.context import Context
 from checks.loaders import Request, load
 
 CONFIG = "examples/configs/bridge/run_config_clean.yaml"
 CHECKER = [sys.executable, "-m", "checks", "check", CONFIG, "--format", "json", "--mcore-version", "0.16.1"]
-# Both sides run as a normal Python install does, with bytecode caches (pip compiles megatron-core at install;
-# the checker's caches are written by the warm-up run): a sandbox may set PYTHONDONTWRITEBYTECODE, which
-# would make every checker run recompile its sources.
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 _DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
 
 
@@ -63,27 +55,13 @@ def peer_script() -> str:
     )
 
 
-def timed(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, cwd=ROOT, env=ENV, check=True, capture_output=True)
-    return time.perf_counter() - start
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--out", type=Path, default=ROOT / "reference" / "benchmarks" / "check_startup.json")
     args = parser.parse_args(argv)
     peer = [sys.executable, "-W", "ignore", "-c", peer_script()]
-    # Warm the page cache and the bytecode caches for both, then measure.
-    subprocess.run(CHECKER, cwd=ROOT, env=ENV, capture_output=True)
-    subprocess.run(peer, cwd=ROOT, env=ENV, capture_output=True, check=True)
-    checker_s, peer_s = [], []
-    for i in range(args.runs):
-        checker_s.append(timed(CHECKER))
-        peer_s.append(timed(peer))
-        print(f"run {i + 1}/{args.runs}: checker {checker_s[-1]:.3f} s, megatron-core {peer_s[-1]:.3f} s",
-              file=sys.stderr)
+    checker_s, peer_s = cold_starts(CHECKER, peer, args.runs, ("checker", "megatron-core"), check=True)
     checker_median, peer_median = statistics.median(checker_s), statistics.median(peer_s)
     ratio = peer_median / checker_median
     result = {
@@ -99,10 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         "megatron_core_s": [round(t, 4) for t in peer_s],
         "peer": "python -c: import megatron-core, build TransformerConfig and OptimizerConfig with the same values",
         "bytecode_caches": "written (PYTHONDONTWRITEBYTECODE unset for both sides)",
-        "revision": revision_pins(sys.argv),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_artifact(args.out, result)
     print(f"checker median {checker_median:.3f} s; megatron-core median {peer_median:.3f} s; "
           f"checker is {ratio:.1f}x faster; goals met: {result['goals_met']}")
     return 0

@@ -15,7 +15,6 @@ Usage: python benchmarks/bench_gpu_offload.py [--steps N] [--out reference/bench
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from benchmarks.common import ROOT, revision_pins
+from benchmarks.common import ROOT, write_artifact
 from examples.gpt import GPT, GPTConfig, batches
 from examples.offload.engine import OffloadEngine, Policy
 from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy
@@ -99,10 +98,8 @@ def main(argv: list[str] | None = None) -> int:
               f"x{r['time_vs_baseline']:.2f} of baseline  x{r['time_vs_save_on_cpu']:.2f} of save_on_cpu  "
               f"reduction/offloaded {r.get('peak_reduction_share', float('nan')):.2f}")
     artifact = {"benchmark": "gpu_offload", "device": torch.cuda.get_device_name(device),
-                "model": CFG.__dict__, "batch_size": BATCH, "steps": args.steps, "variants": results,
-                "revision": revision_pins(sys.argv)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(artifact, indent=2) + "\n")
+                "model": CFG.__dict__, "batch_size": BATCH, "steps": args.steps, "variants": results}
+    write_artifact(args.out, artifact)
     return 0
 
 

@@ -13,7 +13,6 @@ Goal (issue #4): at most 3% step time over no offload.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from benchmarks.common import ROOT, revision_pins
+from benchmarks.common import ROOT, write_artifact
 from examples.gpt import GPT, GPTConfig, batches
 from examples.offload.engine import OffloadEngine
 from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy
@@ -93,10 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": torch.get_num_threads(),
         "plain_s": [round(t, 5) for t in plain_s],
         "hooked_s": [round(t, 5) for t in hooked_s],
-        "revision": revision_pins(sys.argv),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_artifact(args.out, result)
     print(f"plain step {result['plain_median_s'] * 1e3:.1f} ms; with offload bookkeeping "
           f"{result['hooked_median_s'] * 1e3:.1f} ms; ratio {ratio:.3f} ({per_tensor_us:.1f} us per saved tensor, "
           f"{saves[0]} per step); goal met: {result['goal_met']}")

@@ -15,7 +15,6 @@ Goal (issue #4): fraction 1.0 at most 1.15 times a bare fused torch.optim.AdamW 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from benchmarks.common import ROOT, revision_pins
+from benchmarks.common import ROOT, write_artifact
 from examples.gpt import GPT, GPTConfig
 from examples.offload.hybrid_adam import HybridAdamW
 
@@ -88,10 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         "goal": {"fp32_ratio_max": GOAL_RATIO},
         "goal_met": ratio <= GOAL_RATIO,
         "torch_threads": torch.get_num_threads(),
-        "revision": revision_pins(sys.argv),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_artifact(args.out, result)
     print(f"fp32: bare fused AdamW {result['fp32']['bare_fused_adamw_median_s'] * 1e3:.1f} ms, hybrid (fraction "
           f"1.0) {result['fp32']['hybrid_median_s'] * 1e3:.1f} ms, ratio {ratio:.3f}; bf16 with fp32 masters: "
           f"ratio {ratio_bf16:.3f} (reported, not a goal); goal met: {result['goal_met']}")

@@ -11,25 +11,15 @@ Goal (issue #5): plan on a preset, median at most 0.3 s.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_check_startup import ENV
-from benchmarks.common import ROOT, revision_pins
+from benchmarks.common import ROOT, cold_starts, write_artifact
 
 GOAL_S = 0.3
-
-
-def timed(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True)
-    return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,13 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = [sys.executable, "-m", "checks", "plan", "--preset", args.preset, "--format", "json"]
     peer = [sys.executable, "-c", "import torch"]
-    for command in (plan, peer):  # warm the page cache and the bytecode caches
-        subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True)
-    plan_s, peer_s = [], []
-    for i in range(args.runs):
-        plan_s.append(timed(plan))
-        peer_s.append(timed(peer))
-        print(f"run {i + 1}/{args.runs}: plan {plan_s[-1]:.3f} s, import torch {peer_s[-1]:.3f} s", file=sys.stderr)
+    plan_s, peer_s = cold_starts(plan, peer, args.runs, ("plan", "import torch"), check=False)
     plan_median, peer_median = statistics.median(plan_s), statistics.median(peer_s)
     result = {
         "benchmark": "plan_startup", "preset": args.preset, "runs": args.runs,
@@ -55,10 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         "goal_met": plan_median <= GOAL_S, "plan_s": [round(t, 4) for t in plan_s],
         "import_torch_s": [round(t, 4) for t in peer_s],
         "bytecode_caches": "written (PYTHONDONTWRITEBYTECODE unset for both sides)",
-        "revision": revision_pins(sys.argv),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_artifact(args.out, result)
     print(f"plan --preset {args.preset} median {plan_median:.3f} s; import torch median {peer_median:.3f} s; "
           f"plan is {result['ratio']}x faster; goal met: {result['goal_met']}")
     return 0

@@ -13,7 +13,6 @@ Usage: python examples/run_offload.py [--model dense|moe] [--variants a,b] [--st
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -26,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from benchmarks.common import revision_pins  # noqa: E402
+from benchmarks.common import write_artifact  # noqa: E402
 from examples.gpt import GPT, GPTConfig, batches  # noqa: E402
 from examples.offload.engine import OffloadEngine, Policy  # noqa: E402
 from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy  # noqa: E402
@@ -226,9 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(time.perf_counter() - started, 2),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "variants": results,
-        "revision": revision_pins(sys.argv if argv is None else ["examples/run_offload.py", *argv]),
     }
-    args.out.write_text(json.dumps(artifact, indent=2) + "\n")
+    write_artifact(args.out, artifact, None if argv is None else ["examples/run_offload.py", *argv])
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -13,7 +13,6 @@ Usage: python tools/memory_report.py
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -182,15 +181,14 @@ def markdown(data: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    from benchmarks.common import revision_pins
+    from benchmarks.common import write_artifact
 
     validation = measure_all()
     worst = _largest_error(validation)
     data = {"validation": validation, "formulas": formulas(),
             # What card.yaml cites: a dotted path into this file, so the number cannot drift from it.
-            "summary": {"points": len(validation), "largest_relative_error": round(worst, 6)},
-            "revision": revision_pins(sys.argv)}
-    ARTIFACT.write_text(json.dumps(data, indent=2) + "\n")
+            "summary": {"points": len(validation), "largest_relative_error": round(worst, 6)}}
+    data = write_artifact(ARTIFACT, data)
     REPORT.write_text(markdown(data))
     print(f"wrote {REPORT.relative_to(ROOT)}; largest activation error {worst:.2%}")
     return 0 if worst <= 0.03 else 1
