@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from checks.config import Environment
 from checks.engine import Finding, run
@@ -114,24 +115,50 @@ def explain_text(rule: Rule) -> str:
     return "\n".join(parts)
 
 
+class _Documented(Protocol):
+    """What a config rule and a lint rule share for the catalogue (read-only, as their frozen fields are)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+
+
+_R = TypeVar("_R", bound=_Documented)
+
+
+def _index_markdown(rules: Sequence[_R], explain: Callable[[_R], str]) -> list[str]:
+    """A table of the rules, then each rule's explanation under its own heading (the table links to them)."""
+    out = ["| id | severity | name | summary |", "|---|---|---|---|"]
+    out += [f"| [{r.id}](#{r.id.lower()}) | {r.severity} | {r.name} | {r.summary.replace('|', '/')} |"
+            for r in rules]
+    for rule in rules:
+        out += ["", f"## {rule.id}", "", "```text", explain(rule), "```"]
+    return out
+
+
 def rules_markdown() -> str:
     """``reference/rules.md``: the whole catalogue, generated (``python -m checks rules --format markdown``)."""
     out = ["# Rule catalogue", "",
            "Generated from the rule registry by `python -m checks rules --format markdown`; "
            "`tests/test_docs.py` fails when this file is stale.", "",
-           "| id | severity | name | summary |", "|---|---|---|---|"]
-    out += [f"| [{r.id}](#{r.id.lower()}) | {r.severity} | {r.name} | {r.summary.replace('|', '/')} |"
-            for r in ALL_RULES]
-    for rule in ALL_RULES:
-        out += ["", f"## {rule.id}", "", "```text", explain_text(rule), "```"]
+           *_index_markdown(ALL_RULES, explain_text)]
     out += ["", "## Upstream checks without a rule", "",
             "Every offload-related raise, assert and warning of the covered releases backs a rule above, or is "
             "listed here with the reason a static config check does not report it.", "",
             "| project | where | message | why no rule |", "|---|---|---|---|"]
     out += [f"| {o.project} | {o.where} | {o.message.replace('|', '/')} | {o.reason} |" for o in OUT_OF_SCOPE]
-    from checks.lint.docs import lint_rules_markdown
+    from checks.lint import LINT_RULES
+    from checks.lint.docs import explain_lint_text
 
-    out += lint_rules_markdown()
+    out += ["", "# Lint rules", "",
+            "`python -m checks lint` checks the skill itself (`SKILL.md`, `card.yaml`, `CHANGELOG.md`, "
+            "`evals/evals.json`), with the same output formats and exit codes as `check`.", "",
+            *_index_markdown(LINT_RULES, explain_lint_text)]
     return "\n".join(out) + "\n"
 
 
