@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 
 from benchmarks.common import ROOT, write_artifact
-from examples.gpt import GPT, GPTConfig, batches
+from examples.gpt import GPT, GPTConfig, batches, train_step
 from examples.offload.engine import OffloadEngine
 from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy
 
@@ -56,13 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         model(tokens, targets)
 
     def plain() -> None:
-        model(tokens, targets).backward()
+        train_step(model, tokens, targets, None)
 
     def hooked() -> None:
-        with engine.forward():
-            loss = model(tokens, targets, engine)
-        loss.backward()
-        engine.end_step()
+        train_step(model, tokens, targets, engine)
 
     for step in (plain, hooked, plain, hooked):  # warm-up: allocator, the plan
         step()

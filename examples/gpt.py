@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from examples.offload.engine import NoOffload
+from examples.offload.engine import NoOffload, OffloadEngine
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,23 @@ class GPT(nn.Module):
             x = offload.run("layer", index, block, x, offload)
         logits = self.output(self.final_norm(x))  # (B, T, V)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def train_step(model: GPT, tokens: torch.Tensor, targets: torch.Tensor,
+               engine: OffloadEngine | None) -> torch.Tensor:
+    """Forward and backward of one step, under the engine's saved-tensor hooks when there is one; the loss.
+
+    Without an engine the model runs with no hooks at all: the reference that offloading must match.
+    """
+    if engine is None:
+        loss = model(tokens, targets)
+        loss.backward()
+        return loss
+    with engine.forward():
+        loss = model(tokens, targets, engine)
+    loss.backward()
+    engine.end_step()
+    return loss
 
 
 def batches(cfg: GPTConfig, batch_size: int, steps: int, seed: int,

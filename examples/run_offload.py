@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from benchmarks.common import write_artifact  # noqa: E402
-from examples.gpt import GPT, GPTConfig, batches  # noqa: E402
+from examples.gpt import GPT, GPTConfig, batches, train_step  # noqa: E402
 from examples.offload.engine import OffloadEngine, Policy  # noqa: E402
 from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy  # noqa: E402
 from examples.offload.hybrid_adam import HybridAdamW  # noqa: E402
@@ -107,10 +107,7 @@ def train(variant: Variant, cfg: GPTConfig, data: list[tuple[torch.Tensor, torch
     losses, times = [], []
     for step, (tokens, targets) in enumerate(data, start=1):
         start = time.perf_counter()
-        with engine.forward():
-            loss = model(tokens, targets, engine)
-        loss.backward()
-        engine.end_step()
+        loss = train_step(model, tokens, targets, engine)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":

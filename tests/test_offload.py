@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from checks.api import validate  # noqa: E402
-from examples.gpt import GPT, GPTConfig, batches  # noqa: E402
+from examples.gpt import GPT, GPTConfig, batches, train_step  # noqa: E402
 from examples.offload.engine import OffloadEngine, Policy  # noqa: E402
 from examples.offload.fine_grained import MODULES, FineGrainedOffloadConfig, FineGrainedPolicy  # noqa: E402
 from examples.offload.layer import LayerOffloadConfig, LayerPolicy  # noqa: E402
@@ -32,14 +32,7 @@ def train_grads(cfg: GPTConfig, make_engine: Callable[[], OffloadEngine] | None,
     losses, grads = [], []
     for tokens, targets in batches(cfg, 2, steps, seed=1, device=CPU):
         model.zero_grad(set_to_none=True)
-        if engine is None:
-            loss = model(tokens, targets)
-        else:
-            with engine.forward():
-                loss = model(tokens, targets, engine)
-        loss.backward()
-        if engine is not None:
-            engine.end_step()
+        loss = train_step(model, tokens, targets, engine)
         losses.append(loss.detach())
         grads.append([p.grad.clone() for p in model.parameters()])
     return losses, grads, engine

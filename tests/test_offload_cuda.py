@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: covers the side "
                                 "streams, events and pinned host buffers that CPU runs do not exercise")
 
-from examples.gpt import GPT, GPTConfig, batches  # noqa: E402
+from examples.gpt import GPT, GPTConfig, batches, train_step  # noqa: E402
 from examples.offload.engine import OffloadEngine, Policy  # noqa: E402
 from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy  # noqa: E402
 from examples.offload.hybrid_adam import HybridAdamW  # noqa: E402
@@ -33,13 +33,7 @@ def _grads(policy: Policy | None) -> list[torch.Tensor]:
     torch.manual_seed(0)
     model = GPT(CFG).to(device)
     tokens, targets = batches(CFG, 4, 1, seed=0, device=device)[0]
-    engine = OffloadEngine(policy, device) if policy else None
-    if engine is None:
-        loss = model(tokens, targets)
-    else:
-        with engine.forward():
-            loss = model(tokens, targets, engine)
-    loss.backward()
+    train_step(model, tokens, targets, OffloadEngine(policy, device) if policy else None)
     return [p.grad.clone() for p in model.parameters()]
 
 
@@ -97,10 +91,7 @@ def test_reused_host_buffer_waits_for_its_last_reload() -> None:
     engine = OffloadEngine(policy, device)
     model = GPT(CFG).to(device)
     for tokens, targets in batches(CFG, 4, 2, seed=0, device=device):
-        with engine.forward():
-            loss = model(tokens, targets, engine)
-        loss.backward()
-        engine.end_step()
+        train_step(model, tokens, targets, engine)
     torch.cuda.synchronize()
     buffers = [b for free in engine.pool._free.values() for b in free]
     assert buffers and all(b.last_read is not None and b.last_read.query() for b in buffers)

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from examples.gpt import GPT, GPTConfig, batches  # noqa: E402
+from examples.gpt import GPT, GPTConfig, batches, train_step  # noqa: E402
 from examples.offload import notes  # noqa: E402
 from examples.offload.engine import OffloadEngine, Policy  # noqa: E402
 from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy  # noqa: E402
@@ -53,14 +53,6 @@ def test_every_note_is_defined_once_referred_to_and_tested() -> None:
     tests = (Path(__file__).read_text() + (ROOT / "tests" / "test_offload_cuda.py").read_text())
     tested = set(re.findall(r"Note: \[(.+?)\]", tests))
     assert set(NOTES) <= tested, f"notes without a regression test: {set(NOTES) - tested}"
-
-
-def _step(engine: OffloadEngine, model: GPT, data: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    with engine.forward():
-        loss = model(*data, engine)
-    loss.backward()
-    engine.end_step()
-    return loss
 
 
 def test_source_is_released_only_after_the_next_commit() -> None:
@@ -106,7 +98,7 @@ def test_live_blocks_never_share_a_host_buffer_and_buffers_are_reused() -> None:
     assert buffers_per_step[0] == buffers_per_step[1] == buffers_per_step[2]
     assert engine.pool.in_use_bytes == 0 and engine.pool.allocated_bytes > 0  # retained for the next step
     dropping = OffloadEngine(LayerPolicy(LayerOffloadConfig(True, 2), CFG.num_layers), CPU)
-    _step(dropping, GPT(CFG), data[0])
+    train_step(GPT(CFG), *data[0], dropping)
     assert dropping.pool.allocated_bytes == 0  # retain_pinned_cpu_buffers=False: returned after the step
 
 
@@ -126,7 +118,7 @@ def test_parameters_and_their_views_are_not_offloaded() -> None:
     def run(weights: bool) -> OffloadEngine:
         policy = LayerPolicy(LayerOffloadConfig(True, 2, cpu_offloading_weights=weights), CFG.num_layers)
         engine = OffloadEngine(policy, CPU)
-        _step(engine, GPT(CFG), batches(CFG, 2, 1, seed=0, device=CPU)[0])
+        train_step(GPT(CFG), *batches(CFG, 2, 1, seed=0, device=CPU)[0], engine)
         return engine
 
     with pytest.warns(UserWarning):
@@ -178,7 +170,7 @@ def test_double_buffers_are_reused_across_steps_but_never_while_read() -> None:
     model = GPT(CFG)
     seen = []
     for data in batches(CFG, 2, 3, seed=0, device=CPU):
-        _step(engine, model, data)
+        train_step(model, *data, engine)
         seen.append([id(t) for buffers in engine._double for t, _ in buffers])
     assert seen[0] and seen[0] == seen[1] == seen[2]
     tensor, owner = engine._double[0][0]
@@ -241,5 +233,5 @@ def test_a_pass_without_gradients_does_not_make_the_plan() -> None:
         model(tokens, targets, engine)
     engine.end_step()
     assert policy.plan is None and engine.stats.groups_offloaded == 0
-    _step(engine, model, (tokens, targets))
+    train_step(model, tokens, targets, engine)
     assert policy.plan is not None and sum(policy.plan.values()) == CFG.num_layers - 1
