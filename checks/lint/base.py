@@ -17,8 +17,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from checks.errors import InputError
 from checks.lint.markdown import Document
 from checks.yamlio import YamlDoc, load_yaml
@@ -80,6 +78,7 @@ class Skill:
 
     root: Path
     errors: dict[str, LintHit] = field(default_factory=dict)  # file -> why it could not be read
+    _artifacts: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     def _read(self, name: str) -> str | None:
         path = self.root / name
@@ -104,14 +103,10 @@ class Skill:
             return None
         try:
             parsed = load_yaml(SKILL_FILE, doc.frontmatter)
-        except InputError as err:
+        except InputError as err:  # load_yaml turns every YAML error, and a non-mapping, into one
             line = err.line + 1 if err.line is not None else 1
             self.errors["frontmatter"] = LintHit(SKILL_FILE, line, "frontmatter", f"frontmatter is not valid YAML: "
                                                  f"{err.problem}", "Fix the YAML between the --- lines")
-            return None
-        except yaml.YAMLError as err:  # load_yaml reports its own errors; this is belt and braces
-            self.errors["frontmatter"] = LintHit(SKILL_FILE, 2, "frontmatter", f"frontmatter is not valid YAML: "
-                                                 f"{err}", "Fix the YAML between the --- lines")
             return None
         return YamlDoc(parsed.path, parsed.data, {k: v + 1 for k, v in parsed.lines.items()})
 
@@ -146,6 +141,18 @@ class Skill:
             return None
         starts = [n for n, line in enumerate(text.splitlines(), start=1) if re.match(r"^\s*\{\s*$", line)]
         return data, starts
+
+    def artifact(self, relative: Any) -> dict[str, Any] | None:
+        """A JSON artifact under the skill's root, read once per lint run; None when missing or not an object."""
+        if not isinstance(relative, str):
+            return None
+        if relative not in self._artifacts:
+            try:
+                data = json.loads((self.root / relative).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = None
+            self._artifacts[relative] = data if isinstance(data, dict) else None
+        return self._artifacts[relative]
 
     @cached_property
     def pyproject_version(self) -> tuple[str | None, int | None]:

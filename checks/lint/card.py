@@ -19,7 +19,14 @@ from typing import Any
 
 from checks import __version__
 from checks.lint.base import CARD_FILE, CHANGELOG_FILE, SKILL_FILE, LintHit, LintRule, Seed, Skill
-from checks.lint.registry_text import commits_in, in_rule_docs, pinned_commits, rule_ids, same_commit
+from checks.lint.registry_text import (
+    commits_in,
+    in_rule_docs,
+    matches_template,
+    pinned_commits,
+    rule_ids,
+    same_commit,
+)
 from checks.rules import BY_ID
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "card.schema.json"
@@ -61,7 +68,7 @@ def check_artifacts_exist(skill: Skill) -> Iterator[LintHit]:
         artifact = result.get("artifact")
         if not isinstance(artifact, str):
             continue
-        data = _artifact(skill.root, artifact)
+        data = skill.artifact(artifact)
         if data is None:
             yield LintHit(CARD_FILE, skill.card_line("measured_results", index, "artifact"),
                           f"measured_results[{index}].artifact", f"artifact {artifact} does not exist or is not a "
@@ -76,7 +83,7 @@ def check_artifact_values(skill: Skill) -> Iterator[LintHit]:
     artifact records the command that wrote it (``revision.command``), the card's ``command`` must be it.
     """
     for index, result in _results(skill):
-        data = _artifact(skill.root, result.get("artifact"))
+        data = skill.artifact(result.get("artifact"))
         values = result.get("values")
         if data is None or not isinstance(values, dict):
             continue
@@ -179,7 +186,7 @@ def check_failure_modes(skill: Skill) -> Iterator[LintHit]:
             continue
         symptom = str(mode.get("symptom", ""))
         messages = [c.message for c in rule.upstream if c.message]
-        if messages and not (any(_in_template(symptom, m) for m in messages) or in_rule_docs(symptom, rule.id)):
+        if messages and not (any(matches_template(symptom, m) for m in messages) or in_rule_docs(symptom, rule.id)):
             yield LintHit(CARD_FILE, skill.card_line("failure_modes", index, "symptom"), f"failure_modes[{index}]",
                           f"symptom {symptom!r} is not a message of {rule.id}", f"Quote the text {rule.id} "
                           "records (python -m checks explain " + rule.id + ")")
@@ -208,7 +215,7 @@ def check_provenance(skill: Skill) -> Iterator[LintHit]:
     installed copy has none).
     """
     for index, result in _results(skill):
-        data = _artifact(skill.root, result.get("artifact"))
+        data = skill.artifact(result.get("artifact"))
         if data is None:
             continue
         line = skill.card_line("measured_results", index, "artifact")
@@ -311,12 +318,6 @@ def _commit_agreement(skill: Skill, metadata: dict[str, Any], changelog: Any, he
                               "upstream", f"Add {repo}@{commit[:8]}")
 
 
-def _in_template(text: str, template: str) -> bool:
-    from checks.lint.registry_text import _matches
-
-    return _matches(text, template)
-
-
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -333,21 +334,6 @@ def _results(skill: Skill) -> Iterator[tuple[int, dict[str, Any]]]:
     for index, result in enumerate(_list(card.data, "measured_results")):
         if isinstance(result, dict):
             yield index, result
-
-
-def _artifact(root: Path, artifact: Any) -> dict[str, Any] | None:
-    if not isinstance(artifact, str):
-        return None
-    return _read_json(str(root / artifact))
-
-
-@lru_cache(maxsize=64)
-def _read_json(path: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _lookup(data: Any, path: str) -> tuple[bool, Any]:

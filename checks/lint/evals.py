@@ -129,11 +129,9 @@ def check_rule_ids(skill: Skill) -> Iterator[LintHit]:
 
 
 def _named_files(args: argparse.Namespace) -> list[str]:
-    names = list(getattr(args, "files", None) or [])
-    for option in ("profile",):
-        if isinstance(value := getattr(args, option, None), str):
-            names.append(value)
-    return names
+    """The config files a command reads, and ``plan --profile``'s node profile."""
+    profile = getattr(args, "profile", None)
+    return [*(getattr(args, "files", None) or []), *([profile] if isinstance(profile, str) else [])]
 
 
 def _data(skill: Skill) -> Any:

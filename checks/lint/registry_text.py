@@ -36,7 +36,7 @@ def upstream_templates() -> tuple[str, ...]:
 
 def quoted_upstream(text: str) -> bool:
     """Whether ``text`` is (part of) a message upstream prints, placeholders standing for any value."""
-    return any(_matches(text, template) for template in upstream_templates())
+    return any(matches_template(text, template) for template in upstream_templates())
 
 
 def in_rule_docs(text: str, rule_id: str | None = None) -> bool:
@@ -45,7 +45,7 @@ def in_rule_docs(text: str, rule_id: str | None = None) -> bool:
     return any(normalised in " ".join(rule.doc.split()) for rule in ALL_RULES if rule_id in (None, rule.id))
 
 
-def _matches(text: str, template: str) -> bool:
+def matches_template(text: str, template: str) -> bool:
     """``text`` lies inside one literal piece, or renders the template's start with any placeholder values.
 
     A quote may stop inside a placeholder's value ("... less than 32") or at the end of a literal piece.

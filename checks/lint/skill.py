@@ -45,8 +45,6 @@ def check_frontmatter_present(skill: Skill) -> Iterator[LintHit]:
                       "Start the file with ---, name, description, license, metadata, ---")
     elif "frontmatter" in skill.errors:
         yield skill.errors["frontmatter"]
-    elif skill.frontmatter is not None and not isinstance(skill.frontmatter.data, dict):
-        yield LintHit(SKILL_FILE, 2, "frontmatter", "the frontmatter is not a mapping", "Write key: value lines")
 
 
 def check_frontmatter_fields(skill: Skill) -> Iterator[LintHit]:
