@@ -56,7 +56,12 @@ def resolve(tree: trees.Tree, wanted: Iterable[KeyPath]) -> trees.Tree:
                          "resolve the interpolation; pip install omegaconf (or the package's [nemo-rl] extra)") \
             from None
     _register_nemo_rl_resolvers(omegaconf)
-    config = omegaconf.OmegaConf.create(trees.plain(tree))
+    try:
+        config = omegaconf.OmegaConf.create(trees.plain(tree))
+    except Exception as err:  # a malformed ${ anywhere in the file makes OmegaConf refuse the whole tree
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise InputError(first.origin.describe(), f"OmegaConf cannot read this config to resolve "
+                         f"{first.origin.key} = {first.value!r}: {message}") from None
     for keys in todo:
         setting = trees.get(tree, keys)
         try:
