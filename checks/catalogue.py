@@ -102,7 +102,9 @@ def explain_text(rule: Rule) -> str:
     for check in rule.upstream:
         quoted = f'"{check.message}"' if check.message is not None else "(bare assert, no message)"
         parts.append(f"Upstream: {check.project} {check.exception} {quoted}")
-        parts += [f"    {label:<7} {anchor}" for label, anchor in check.anchors().items()]
+        anchors = check.anchors()
+        width = max(map(len, anchors), default=0)
+        parts += [f"    {label:<{width}} {anchor}" for label, anchor in anchors.items()]
     if not rule.upstream:
         parts.append("Upstream: none (this rule goes beyond what upstream checks)")
     for label, example in (("Bad", rule.bad), ("Good", rule.good)):

@@ -14,6 +14,7 @@ from checks.config import Environment
 from checks.errors import InputError
 
 if TYPE_CHECKING:
+    from checks.loaders.common import Request
     from checks.plan.setup import Job
 
 _EPILOG = """exit codes: 0 no error findings; 1 error findings (or warnings with --strict);
@@ -46,9 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"),
                        help="input format (default: detect)")
     check.add_argument("--mcore-version", default=None, metavar="VERSION",
-                       help="megatron-core version the job runs, e.g. 0.16.1, 0.19.2, main (default: the "
-                            "installed megatron-core's, read from its package metadata; else the newest release "
-                            "the rules know)")
+                       help="megatron-core version the job runs, e.g. 0.16.1, 0.19.2, main, or a profiled "
+                            "commit such as main@14346b65 (default: the installed megatron-core's, read from its "
+                            "package metadata; else the Megatron-LM commit the config's framework installs; else "
+                            "the newest release the rules know)")
     check.add_argument("--te-version", metavar="VERSION",
                        help="Transformer Engine version of the job, e.g. 2.10, or none when it is not "
                             "installed (default: unknown; rules that depend on it say so)")
@@ -173,6 +175,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(args.command)
 
 
+def request(args: argparse.Namespace) -> Request:
+    """What to read, and the megatron-core version to read it with.
+
+    The version is the user's (``--mcore-version``), else the installed megatron-core's, else the Megatron-LM
+    commit the config's framework installs (NeMo-RL and Bridge pin one), else the newest release.
+    """
+    from dataclasses import replace
+
+    from checks.loaders import Request, detect_flavor
+    from checks.versions import framework_pin
+
+    version, env = environment(args)
+    argv = args.argv
+    if isinstance(argv, list):  # argparse turns "--argv=--" into [] (it drops the "--" separator)
+        argv = " ".join(argv) or "--"
+    found = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version, env)
+    if env.mcore_source != "default" or not (found.files or found.overrides or found.argv is not None):
+        return found
+    if found.flavor == "auto":  # told once, so that load() does not read the input again
+        found = replace(found, flavor=detect_flavor(found))
+    pin = framework_pin(found.flavor, env.nemo_rl_version)
+    if pin is None:
+        return found
+    if pin.label is None:
+        source = f"default; {pin.describe()}{'' if pin.commit is None else ', which has no profile'}: " \
+                 "pass --mcore-version"
+        return replace(found, environment=replace(env, mcore_source=source))
+    return replace(found, version=pin.label, environment=replace(env, mcore_source=f"pinned by {pin.framework}"))
+
+
 def environment(args: argparse.Namespace) -> tuple[str, Environment]:
     """The megatron-core version and what else the user told us about the job's environment."""
     from checks.config import Origin, Setting
@@ -206,17 +238,14 @@ def environment(args: argparse.Namespace) -> tuple[str, Environment]:
 
 def _check(args: argparse.Namespace) -> int:
     from checks.engine import run
-    from checks.loaders import Request, load
+    from checks.loaders import load
     from checks.report import RENDERERS, Report
 
-    version, env = environment(args)
-    argv = args.argv
-    if isinstance(argv, list):  # argparse turns "--argv=--" into [] (it drops the "--" separator)
-        argv = " ".join(argv) or "--"
-    request = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version, env)
-    configs = load(request)
+    found = request(args)
+    configs = load(found)
     findings = run(configs)
-    report = Report(tuple(findings), configs[0].flavor, version, tuple(args.files), env, strict=args.strict)
+    report = Report(tuple(findings), configs[0].flavor, found.version, found.files, found.environment,
+                    strict=args.strict)
     if args.emit_overrides:
         print(_overrides(configs, findings))
     else:

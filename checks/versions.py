@@ -17,8 +17,10 @@ from typing import Any
 
 from checks.errors import InputError
 
-# Oldest first; "main" is NVIDIA/Megatron-LM@d98e8a64 (2026-08-22).
-VERSIONS: tuple[str, ...] = ("0.14.0", "0.15.3", "0.16.1", "0.17.1", "0.18.2", "0.19.2", "main")
+# Oldest first; "main" is NVIDIA/Megatron-LM@d98e8a64 (2026-08-22). "main@<commit>" are the earlier main-branch
+# commits the frameworks install (framework_pin), 0.20.0 development like main.
+VERSIONS: tuple[str, ...] = ("0.14.0", "0.15.3", "0.16.1", "0.17.1", "0.18.2", "0.19.2", "main@14346b65",
+                             "main@2a75ac12", "main")
 DEFAULT_VERSION = "0.19.2"  # the newest release the rules know
 REPO = "NVIDIA/Megatron-LM"
 _DATA = Path(__file__).resolve().parent / "data"
@@ -36,9 +38,11 @@ ARCHITECTURE_FIELDS: frozenset[str] = frozenset({
 
 
 def version_key(label: str) -> tuple[int, int]:
-    """Order labels by (major, minor); ``main`` sorts after every release."""
+    """Order labels by (major, minor); the main-branch commits sort after every release, oldest first."""
     if label == "main":
         return (999, 0)
+    if label.startswith("main@"):
+        return (998, VERSIONS.index(label))
     major, minor = label.split(".")[:2]
     return (int(major), int(minor))
 
@@ -83,6 +87,42 @@ def nemo_rl_commit(version: str) -> str:
     return commit
 
 
+@dataclass(frozen=True)
+class FrameworkPin:
+    """The Megatron-LM commit a framework release installs (``data/framework_pins.json``, from
+    ``tools/framework_pins.py``): NeMo-RL and Bridge pin a commit as a git submodule, not a release."""
+
+    framework: str  # "NeMo-RL main", "Megatron Bridge main"
+    commit: str | None  # the pinned Megatron-LM commit; None where the tool could not read the pin
+    via: str  # the submodule path(s) the pin was read from
+    package_version: str | None  # what that commit's megatron/core/package_info.py reports
+
+    @property
+    def label(self) -> str | None:
+        """The profile for the pinned commit, or None when the checker has none."""
+        if self.commit is None:
+            return None
+        return next((v for v in VERSIONS if profile(v).commit == self.commit), None)
+
+    def describe(self) -> str:
+        if self.commit is None:
+            return f"which Megatron-LM {self.framework} installs is not recorded ({self.via})"
+        what = f", megatron-core {self.package_version}" if self.package_version else ""
+        return f"{self.framework} pins Megatron-LM {self.commit[:8]}{what}"
+
+
+def framework_pin(flavor: str, nemo_rl_version: str) -> FrameworkPin | None:
+    """What the framework a config is written for installs; None for Megatron-LM, which is run from any checkout."""
+    pins = _load("framework_pins.json")
+    if flavor == "nemo-rl":
+        name, raw = f"NeMo-RL {nemo_rl_version}", pins["nemo-rl"][nemo_rl_version]
+    elif flavor == "bridge":
+        name, raw = "Megatron Bridge main", pins["bridge"]["main"]
+    else:
+        return None
+    return FrameworkPin(name, raw["megatron_lm"], raw["via"], raw["package_version"])
+
+
 def parse_te_version(text: str) -> tuple[int, int]:
     """``2.10``, ``2.10.0``, ``2.10.0.dev0+abc`` -> ``(2, 10)``; ``none`` (not installed) -> ``(0, 0)``."""
     if text.strip().lower() in ("none", "absent", "0"):
@@ -110,15 +150,21 @@ def installed_mcore_version() -> str | None:
 
 
 def resolve_version(text: str) -> str:
-    """Map a user-given version (``0.16``, ``0.16.0``, ``0.16.x``, ``main``) to a profile label."""
+    """Map a user-given version (``0.16``, ``0.16.0``, ``0.16.x``, ``main``, a commit such as ``14346b65`` or
+    ``main@14346b65``) to a profile label."""
     wanted = text.strip().lower()
     if wanted in ("main", "dev", "latest-main"):
         return "main"
+    commit = wanted.removeprefix("main@")
+    if re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        for label in VERSIONS:
+            if profile(label).commit.startswith(commit):
+                return label
     match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(?:\d+|x)(?:rc\d+)?)?", wanted)
     if match:
         key = (int(match.group(1)), int(match.group(2)))
         for label in VERSIONS:
-            if label != "main" and version_key(label) == key:
+            if not label.startswith("main") and version_key(label) == key:
                 return label
     known = ", ".join(VERSIONS)
     raise InputError("--mcore-version", f"unknown megatron-core version {text!r}; known: {known}")

@@ -106,8 +106,48 @@ def test_version_comes_from_installed_megatron_core(capsys: pytest.CaptureFixtur
     _, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_clean.yaml"))
     assert "\n0 errors, 0 warnings, 1 info (bridge, megatron-core 0.17.1 (installed megatron-core 0.17.0))\n" in out
     monkeypatch.setattr(checks.versions, "installed_mcore_version", lambda: None)
+    _, out, _ = run(capsys, "check", "--argv=--num-layers 4")
+    assert out == "ok: no offloading problems found (megatron-lm, megatron-core 0.19.2 (default))\n"
+
+
+def test_version_comes_from_the_frameworks_pin(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """Without --mcore-version or an installed megatron-core, a Bridge or NeMo-RL config is checked against the
+    Megatron-LM commit the framework pins as a submodule: Bridge@067f987d 3rdparty/Megatron-LM -> 2a75ac12;
+    NeMo-RL@7ea279ab 3rdparty/Megatron-Bridge-workspace/Megatron-Bridge -> 8c46dc42, whose 3rdparty/Megatron-LM is
+    14346b65 (checks/data/framework_pins.json, tools/framework_pins.py)."""
+    import checks.versions
+
+    monkeypatch.setattr(checks.versions, "installed_mcore_version", lambda: None)
     _, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_clean.yaml"))
-    assert "\n0 errors, 0 warnings, 1 info (bridge, megatron-core 0.19.2 (default))\n" in out
+    assert "\n0 errors, 0 warnings, 1 info (bridge, megatron-core main@2a75ac12 (pinned by Megatron Bridge main))\n" \
+        in out
+    nemo_rl = str(EXAMPLES / "nemo-rl/grpo_offload.yaml")
+    code, out, _ = run(capsys, "check", nemo_rl, "--format", "json")
+    document = json.loads(out)
+    assert (document["mcore_version"], document["assumptions"]["mcore_version_source"]) == \
+        ("main@14346b65", "pinned by NeMo-RL main")
+    # NeMo-RL 0.6.0 pins Megatron-LM d30c3ae5 (0.18.0 development), which has no profile: the default, and why.
+    _, out, _ = run(capsys, "check", nemo_rl, "--nemo-rl-version", "0.6", "--format", "json")
+    assert json.loads(out)["assumptions"]["mcore_version_source"] == (
+        "default; NeMo-RL 0.6.0 pins Megatron-LM d30c3ae5, megatron-core 0.18.0, which has no profile: "
+        "pass --mcore-version")
+    # The option wins, and a profiled commit can be named by its hash.
+    _, out, _ = run(capsys, "check", nemo_rl, "--mcore-version", "2a75ac12", "--format", "json")
+    assert json.loads(out)["mcore_version"] == "main@2a75ac12"
+
+
+def test_the_pinned_commit_refuses_what_main_accepts(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    """gdp_qkv joins the allowed offload_modules after the pins: at 14346b65 the allowed set is
+    NVIDIA/Megatron-LM@14346b65:megatron/core/transformer/transformer_config.py:1910-1919 (no gdp_qkv), which d98e8a64
+    extends (transformer_config.py:2144)."""
+    config = tmp_path / "grpo.yaml"
+    config.write_text("policy:\n  megatron_cfg:\n    enabled: true\n    fine_grained_activation_offloading: true\n"
+                      "    offload_modules: [gdp_qkv]\n    env_vars:\n      NVTE_CPU_OFFLOAD_V1: '1'\n")
+    code, out, _ = run(capsys, "check", str(config), "--mcore-version", "main@14346b65")
+    assert code == 1 and "FGA003" in out and "NVIDIA/Megatron-LM@14346b65:megatron/core/transformer/" \
+        "transformer_config.py:1921" in out
+    code, out, _ = run(capsys, "check", str(config), "--mcore-version", "main")
+    assert code == 0, out
 
 
 def test_strict_fails_on_warnings(capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,7 +177,7 @@ def test_rules_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "explain", "act002")
     assert code == 0
     assert out.startswith("ACT002 cpu-offloading-pipeline-parallel (error)\n")
-    assert "    0.16.1  NVIDIA/Megatron-LM@55ac7082:megatron/core/transformer/transformer_config.py:1145" in out
+    assert "    0.16.1        NVIDIA/Megatron-LM@55ac7082:megatron/core/transformer/transformer_config.py:1145" in out
     assert "-> example.yaml:5: ERROR ACT002" in out and "Good (bridge, megatron-core 0.19.2):" in out
     code, _, err = run(capsys, "explain", "NOPE01")
     assert code == 2 and err == 'error: no such rule: "NOPE01"; list them with python -m checks rules\n'

@@ -43,6 +43,11 @@ VERSION_REFS: dict[str, str] = {
     "0.17.1": "core_v0.17.1",
     "0.18.2": "core_v0.18.2",
     "0.19.2": "core_v0.19.0",
+    # What the frameworks install (main@<commit>, oldest first): NVIDIA-NeMo/RL@7ea279ab pins Megatron-Bridge
+    # 8c46dc42, whose 3rdparty/Megatron-LM submodule is 14346b65; NVIDIA-NeMo/Megatron-Bridge@067f987d pins
+    # 2a75ac12 (its 3rdparty/Megatron-LM submodule). Both report megatron-core 0.20.0 (package_info.py).
+    "main@14346b65": "14346b65a2d0790e451919858f7771078105c5f0",
+    "main@2a75ac12": "2a75ac12c54ba6a42b34024756820bf819a2e25f",
     "main": "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
 }
 
