@@ -444,8 +444,13 @@ def check_fused_norms(ctx: Context) -> Iterator[Hit]:
     """`attn_norm`/`mlp_norm` offload nothing when Transformer Engine fuses the norm into the next linear.
 
     What it checks:
-        `attn_norm` in `offload_modules` with `transformer_impl: transformer_engine`, or
-        `mlp_norm` there in a dense model.
+        `attn_norm` in `offload_modules` with `transformer_impl: transformer_engine` when
+        the layer's input norm is fused into the QKV projection: standard attention, or
+        multi-latent attention with `mla_down_proj_fusion` (>= 0.17). Also `mlp_norm` there
+        in a dense model. Multi-latent attention without the fusion, and DeepSeek sparse
+        attention (`experimental_attention_variant: dsa`), keep a real input norm, which is
+        offloaded. When the config does not say whether the model uses multi-latent
+        attention (a recipe or checkpoint decides), the warning says so instead of assuming.
 
     Why it matters:
         TE layer specs fold the layer norm into the following linear layer, leaving an
@@ -453,18 +458,52 @@ def check_fused_norms(ctx: Context) -> Iterator[Hit]:
         keep a separate pre-MLP norm). The offload plan looks larger than it is.
 
     Source:
-        Beyond upstream: megatron-core `TransformerLayer` skips norm offload for
-        `IdentityOp` norms.
+        Beyond upstream: megatron-core `TransformerLayer` offloads a norm only when it is
+        not an `IdentityOp` (NVIDIA/Megatron-LM@d98e8a64:megatron/core/transformer/transformer_layer.py:1547-1555);
+        the TE layer spec makes the input norm an `IdentityOp` except for multi-latent
+        attention without down-projection fusion (megatron/core/models/gpt/gpt_layer_specs.py:257-259, 296),
+        and the experimental-attention spec keeps it for MLA and DSA
+        (megatron/core/models/gpt/experimental_attention_variant_module_specs.py:143, 545-548).
     """
     modules = _modules(ctx)
     if not ctx.get(_SWITCH) or ctx.get("model.transformer_impl") != "transformer_engine":
         return
     dense = ctx.is_set("model.num_moe_experts") and not ctx.get("model.num_moe_experts")
-    idle = [m for m in ("attn_norm", "mlp_norm") if m in modules and (m == "attn_norm" or dense)]
+    real_input_norm = _real_input_norm(ctx) if "attn_norm" in modules else True
+    idle = [m for m in ("attn_norm", "mlp_norm")
+            if m in modules and (real_input_norm is False if m == "attn_norm" else dense)]
     if idle:
         yield Hit(_MODULES, f"offload_modules has {idle}, which Transformer Engine fuses into the following linear "
                   "layer: nothing is offloaded for them", "Offload core_attn/attn_proj, or qkv_linear instead",
                   patch={_MODULES: sorted(modules - set(idle))} if modules - set(idle) else None)
+    if real_input_norm is None:
+        yield Hit(_MODULES, "offload_modules has 'attn_norm', which offloads nothing unless the model uses "
+                  "multi-latent attention without mla_down_proj_fusion (or DeepSeek sparse attention): with "
+                  "standard attention Transformer Engine fuses the input norm into the QKV projection, and the "
+                  "config does not say which attention the model uses",
+                  "Say it: set model.multi_latent_attention (and mla_down_proj_fusion), or drop attn_norm for a "
+                  "standard-attention model")
+
+
+def _real_input_norm(ctx: Context) -> bool | None:
+    """Whether the TE layer spec keeps a real input norm before attention (so attn_norm offloads); None: not said.
+
+    A Megatron-LM command line and a Bridge dump state every field; a partial config leaves the attention type
+    to the recipe or checkpoint.
+    """
+    complete = ctx.flavor == "megatron-lm" or ctx.cfg.model_class is not None
+    variant = ctx.get("model.experimental_attention_variant")
+    if variant == "dsa":  # DSA's indexer needs the normalised input, so the norm stays a module
+        return True
+    if not (complete or ctx.is_set("model.multi_latent_attention")):
+        return None
+    if not ctx.get("model.multi_latent_attention"):
+        return False
+    if variant is not None:  # the experimental-attention spec never fuses MLA's input norm
+        return True
+    # mla_down_proj_fusion (an MLATransformerConfig field, >= 0.17) defaults to false, and no Bridge recipe or
+    # provider sets it at Megatron-Bridge@067f987d: only Megatron-LM's --mla-down-proj-fusion turns it on.
+    return not ctx.get("run.mla_down_proj_fusion")
 
 
 def check_full_recompute(ctx: Context) -> Iterator[Hit]:
@@ -637,9 +676,10 @@ RULES: tuple[Rule, ...] = (
          reads=(_SWITCH, _MODULES, "model.num_moe_experts", "model.moe_grouped_gemm"), since=_FGA_SINCE,
          upstream=(up.NRL_MOE_ONLY,)),
     Rule("FGA014", "norm-offload-fused-away", WARNING, check_fused_norms,
-         bad=Example(_FG_ON.format("[attn_norm, core_attn]") + _ENV),
-         good=Example(_FG_ON.format("[core_attn]") + _ENV),
-         reads=(_SWITCH, _MODULES, "model.transformer_impl", "model.num_moe_experts"), since=_FGA_SINCE),
+         bad=Example(_FG_ON.format("[attn_norm, core_attn]") + "  multi_latent_attention: false\n" + _ENV),
+         good=Example(_FG_ON.format("[attn_norm, core_attn]") + "  multi_latent_attention: true\n" + _ENV),
+         reads=(_SWITCH, _MODULES, "model.transformer_impl", "model.num_moe_experts", "model.multi_latent_attention",
+                "model.experimental_attention_variant", "run.mla_down_proj_fusion"), since=_FGA_SINCE),
     Rule("FGA015", "fine-grained-with-full-recompute", WARNING, check_full_recompute,
          bad=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: full\n  recompute_method: uniform\n"
                      "  recompute_num_layers: 1\n" + _ENV),
