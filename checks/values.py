@@ -3,9 +3,9 @@
 megatron-core does not check types: ``cpu_offloading: "False"`` is a
 non-empty string and therefore *true*, ``offload_modules: core_attn`` is the
 set of its letters, and ``optimizer_offload_fraction: "0.5"`` fails deep in
-the optimizer. So a value of the wrong type is an error here, with two
-lenient exceptions that behave identically upstream: 0/1 for a bool, and an
-int for a float.
+the optimizer. So a value of the wrong type is an error here, with three
+lenient exceptions that behave identically upstream: 0/1 or null for a bool,
+and an int for a float.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def describe(value: Any) -> str:
 def coerce(spec: FieldSpec, value: Any) -> tuple[Any, str | None]:
     """Return ``(value as megatron-core will use it, None)`` or ``(value, what is wrong)``."""
     if value is None:
-        if spec.nullable or spec.kind == "any":
+        # megatron-core tests bools for truth, so null reads as false; Bridge passes it through (old providers
+        # declared Optional[bool] = None, e.g. use_transformer_engine_op_fuser before Megatron-Bridge@217de1a2).
+        if spec.nullable or spec.kind in ("any", "bool"):
             return None, None
         return value, f"cannot be null; expects {_expected(spec)}"
     kind = spec.kind

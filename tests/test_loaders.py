@@ -287,3 +287,16 @@ def test_nemo_rl_before_0_7_has_no_megatron_value_model(tmp_path: Path) -> None:
         assert ("optimizer.optimizer_cpu_offload" in value.settings) is read
         assert bool(value.unrecognised) is read
         assert [i.path for i in value.ignored] == ([] if read else ["optimizer.optimizer_cpu_offload"])
+
+
+def test_bridge_dump_with_a_null_bool_from_an_old_provider_is_not_a_type_error(tmp_path: Path) -> None:
+    """Bridge providers before Megatron-Bridge@217de1a2 declared ``use_transformer_engine_op_fuser: Optional[bool] =
+    None``, so old dumps carry null; Bridge passes it through and megatron-core tests it for truth
+    (NVIDIA/Megatron-LM@d98e8a64:megatron/core/models/gpt/gpt_layer_specs.py:228, 538), so it is false."""
+    dump = tmp_path / "run_config.yaml"
+    dump.write_text("_target_: megatron.bridge.training.config.ConfigContainer\nmodel:\n"
+                    "  _target_: megatron.bridge.models.llama.llama_provider.Llama31ModelProvider\n"
+                    "  use_transformer_engine_op_fuser: null\n  cpu_offloading: false\n")
+    from checks.engine import run
+
+    assert [f.rule for f in run(load(Request((str(dump),), (), None, "auto", "0.19.2")))] == []
