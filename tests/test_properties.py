@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from checks.cli import main
 from checks.formats import offload_field_names
+from checks.versions import VERSIONS as ALL_VERSIONS
 
 FIELDS = sorted(offload_field_names() | {
     "num_layers", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "recompute_granularity",
@@ -47,7 +48,7 @@ OVERRIDE_TEXT = st.one_of(
     st.text(max_size=30),
 )
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-VERSIONS = st.sampled_from(["0.14.0", "0.15.3", "0.16.1", "0.17.1", "0.18.2", "0.19.2", "main"])
+VERSIONS = st.sampled_from(ALL_VERSIONS)
 FLAVORS = st.sampled_from(["auto", "bridge", "nemo-rl", "megatron-lm"])
 
 
