@@ -48,13 +48,14 @@ def run_example(rule: Rule, example: Example) -> list[Finding]:
     """Check an example exactly as a user's file or command line would be checked."""
     version = example_version(rule, example)
     env = example_environment(example)
-    if example.flavor == "megatron-lm":
+    if example.flavor == "megatron-lm" and not example.text.startswith(("MODEL_ARGS", "ENV_VARS")):
         return run(load(Request(argv=example.text, flavor="megatron-lm", version=version, environment=env)))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "example.yaml")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(example.text)
-        findings = run(load(Request(files=(path,), flavor=example.flavor, version=version, environment=env)))
+        findings = run(load(Request(files=(path,), overrides=example.overrides, flavor=example.flavor,
+                                    version=version, environment=env)))
     return [_relabel(f) for f in findings]
 
 
@@ -112,6 +113,7 @@ def explain_text(rule: Rule) -> str:
         extra = (f", Transformer Engine {example.te}" if example.te else "") + \
             (f", NeMo-RL {example.nemo_rl}" if example.nemo_rl else "")
         parts += ["", f"{label} ({example.flavor}, megatron-core {version}{extra}):", _indent(example.text)]
+        parts += [_indent(f"--set {text}") for text in example.overrides]
         findings = [f for f in run_example(rule, example) if f.rule == rule.id]
         parts += [_indent("-> " + _finding_line(f)) for f in findings] or [_indent("-> no finding")]
     return "\n".join(parts)

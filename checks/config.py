@@ -49,7 +49,8 @@ class Unrecognised:
     section: str  # canonical section the key was found in ("" at the top level)
     name: str  # the leaf name as given
     setting: Setting
-    consequence: str  # what the front end does with it: "ignored" (silently) or "crash" (at start-up)
+    consequence: str  # what the front end does with it: "ignored" (silently), "crash" (at start-up), or
+    # "skipped" (Bridge adds a `+`/`++` override's key, then skips it with a log line when writing the config back)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,26 @@ class Ignored:
     path: str  # canonical path, or the input key when it has none
     setting: Setting
     reason: str
+
+
+@dataclass(frozen=True)
+class OverrideNote:
+    """A ``--set`` override upstream refuses, or one whose outcome the checker cannot verify."""
+
+    index: int  # 1-based position among the --set options
+    text: str  # the override as given
+    origin: Origin
+    message: str  # refused: upstream's message, verbatim; unverified: why it cannot be verified
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """A key the input gives twice in one mapping (a functional-test YAML's MODEL_ARGS, which yq reads)."""
+
+    key: str  # as spelled in the input
+    first: Setting  # the earlier occurrence
+    last: Setting  # the later occurrence, the one that decides
+    outcome: str  # what the reader makes of the pair, e.g. "the runner passes both; argparse keeps the last"
 
 
 class Spelling(Protocol):
@@ -120,6 +141,13 @@ class CanonicalConfig:
     inputs: tuple[str, ...] = ()  # files, in the order they were applied
     environment: Environment = field(default_factory=Environment)
     model_class: str | None = None  # Bridge's model provider class (its `_target_`), when the input names it
+    # What the framework does with the model: "train", "inference" (built without an optimizer, forward passes
+    # only: NeMo-RL's teachers and generation model) or "unused" (never built), and why.
+    role: str = "train"
+    role_reason: str = ""
+    duplicates: tuple[Duplicate, ...] = ()  # keys given twice; the later one decides
+    refused_overrides: tuple[OverrideNote, ...] = ()  # refused at start-up; the settings are without them
+    unverified_overrides: tuple[OverrideNote, ...] = ()  # applied, but their outcome depends on what is not given
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))

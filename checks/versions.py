@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -276,44 +277,144 @@ def all_field_names(section: str) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
+class EnumMember:
+    """A member of a Python ``enum.Enum`` that a Megatron-LM flag takes, default or converts to."""
+
+    cls: str  # the class name, e.g. "AttnBackend"
+    name: str  # the canonical member name, e.g. "flash"
+    value: Any = None  # the member's value (for argparse's repr of it in "choose from ...")
+
+    def __repr__(self) -> str:
+        return f"<{self.cls}.{self.name}: {self.value!r}>"
+
+
+@dataclass(frozen=True)
+class EnumSpec:
+    """An Enum class as a converter looks members up by name (``Enum[name]``, aliases included)."""
+
+    cls: str
+    members: tuple[EnumMember, ...]  # canonical members, in definition order (``list(Enum)``)
+    aliases: Mapping[str, str]  # alias name -> canonical member name
+
+    def lookup(self, name: str) -> EnumMember | None:
+        """``Enum[name]`` (``_member_map_``): a canonical or alias name; None where it raises KeyError."""
+        name = self.aliases.get(name, name)
+        return next((m for m in self.members if m.name == name), None)
+
+
+@dataclass(frozen=True)
 class FlagSpec:
-    """One Megatron-LM command-line option (from ``data/mlm_flags.json``, dumped from the real parser)."""
+    """One Megatron-LM command-line option string (``data/mlm_flags.json``, dumped from the real parser).
+
+    One argparse action can have several option strings (aliases, ``BooleanOptionalAction``'s ``--no-`` form);
+    each gets a FlagSpec with the same action fields and ``options`` listing them all, in registration order.
+    """
 
     flag: str
     dest: str
-    action: str  # store | store_true | store_false | store_const | append | count | BooleanOptionalAction
-    default: Any
-    nargs: Any  # None, "+", "*", "?" or an int
-    type: str | None  # "int", "float", "str", another callable's name, or None (str)
+    action: str  # store | store_true | store_false | store_const | append | append_const | count | extend |
+    #              BooleanOptionalAction | help | version; anything else is a custom Action class's name
+    default: Any  # JSON data; enum members as EnumMember
+    nargs: Any  # None, "+", "*", "?" or an int (0 for the switch actions)
+    type: str | None  # converter id: int, float, str, bool, a function's name, "lambda:<first option>"; None: text
     choices: tuple[Any, ...] | None
     const: Any = None
+    options: tuple[str, ...] = ()  # every option string of the action; argparse names them all in its errors
+    required: bool = False
+    help_suppressed: bool = False
+    deprecated: bool = False  # upstream's help calls the flag deprecated
+    enum: str | None = None  # the Enum class whose member names the converter looks up
 
     @property
     def takes_value(self) -> bool:
-        return self.action in ("store", "append") and self.nargs != 0
+        return self.nargs != 0 and self.action not in _SWITCH_ACTIONS
+
+    @property
+    def name(self) -> str:
+        """How argparse names the argument in its errors: every option string, joined with '/'."""
+        return "/".join(self.options or (self.flag,))
+
+
+_SWITCH_ACTIONS = frozenset({"store_true", "store_false", "store_const", "append_const", "count", "help", "version",
+                             "BooleanOptionalAction"})
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    """The parser of one version: its option strings, mutually exclusive groups and the enums converters use."""
+
+    version: str
+    flags: Mapping[str, FlagSpec]
+    groups: tuple[tuple[str, ...], ...]  # mutually exclusive groups, by each action's first option string
+    enums: Mapping[str, EnumSpec]
+    converters: Mapping[str, str]  # converter id -> digest of its upstream source (drift check)
+
+    def conflicts(self, spec: FlagSpec) -> tuple[str, ...]:
+        """First option strings of the actions argparse refuses together with ``spec``'s."""
+        first = spec.options[0] if spec.options else spec.flag
+        return tuple(o for g in self.groups if first in g for o in g if o != first)
 
 
 def _flag_table() -> dict[str, Any]:
     return _load("mlm_flags.json")
 
 
-@cache
-def mlm_flags(version: str) -> dict[str, FlagSpec]:
-    """Every Megatron-LM option string of ``version``, e.g. ``"--optimizer-offload-fraction"``."""
-    out: dict[str, FlagSpec] = {}
-    for flag, raw in _flag_table()["versions"][version].items():
+def decode_flag_value(raw: Any) -> Any:
+    """JSON of the flag table -> Python: ``{"enum": cls, "name": n, "value": v}`` is an EnumMember, lists stay
+    lists, ``{"tuple": [...]}`` is a tuple."""
+    if isinstance(raw, dict):
+        if "enum" in raw:
+            return EnumMember(raw["enum"], raw["name"], raw.get("value"))
+        if "tuple" in raw:
+            return tuple(decode_flag_value(v) for v in raw["tuple"])
+        return {k: decode_flag_value(v) for k, v in raw.items()}
+    if isinstance(raw, list):
+        return [decode_flag_value(v) for v in raw]
+    return raw
+
+
+def flag_table_from(data: Mapping[str, Any], version: str) -> FlagTable:
+    """Build ``version``'s FlagTable from flag-table JSON (the committed file, or a tool's fresh extraction)."""
+    pool = data["actions"]
+    flags: dict[str, FlagSpec] = {}
+    for index in data["versions"][version]:
+        raw = pool[index]
         choices = raw.get("choices")
-        out[flag] = FlagSpec(flag, raw["dest"], raw["action"], raw.get("default"), raw.get("nargs"),
-                             raw.get("type"), tuple(choices) if choices is not None else None, raw.get("const"))
-    return out
+        options = tuple(raw["options"])
+        for option in options:
+            flags[option] = FlagSpec(
+                option, raw["dest"], raw.get("action", "store"), decode_flag_value(raw.get("default")),
+                raw.get("nargs"), raw.get("type"),
+                tuple(decode_flag_value(choices)) if choices is not None else None,
+                decode_flag_value(raw.get("const")), options, bool(raw.get("required")),
+                bool(raw.get("suppressed")), bool(raw.get("deprecated")), raw.get("enum"))
+    groups = tuple(tuple(pool[i]["options"][0] for i in group) for group in data.get("groups", {}).get(version, []))
+    enums = {cls: EnumSpec(cls, tuple(EnumMember(cls, name, decode_flag_value(value)) for name, value in e["members"]),
+                           dict(e.get("aliases", {})))
+             for cls, e in data.get("enums", {}).get(version, {}).items()}
+    return FlagTable(version, flags, groups, enums, dict(data.get("converters", {}).get(version, {})))
+
+
+@cache
+def mlm_flag_table(version: str) -> FlagTable:
+    """The Megatron-LM parser of ``version`` as the checker models it."""
+    return flag_table_from(_flag_table(), version)
+
+
+def mlm_flags(version: str) -> Mapping[str, FlagSpec]:
+    """Every Megatron-LM option string of ``version``, e.g. ``"--optimizer-offload-fraction"``."""
+    return mlm_flag_table(version).flags
+
+
+@cache
+def _flag_names(version: str) -> frozenset[str]:
+    pool = _flag_table()["actions"]
+    return frozenset(o for i in _flag_table()["versions"].get(version, []) for o in pool[i]["options"])
 
 
 def versions_with_flag(flag: str) -> tuple[str, ...]:
-    return tuple(v for v in VERSIONS if flag in _flag_table()["versions"].get(v, {}))
+    return tuple(v for v in VERSIONS if flag in _flag_names(v))
 
 
 def all_flags() -> frozenset[str]:
-    names: set[str] = set()
-    for v in VERSIONS:
-        names.update(_flag_table()["versions"].get(v, {}))
-    return frozenset(names)
+    return frozenset().union(*(_flag_names(v) for v in VERSIONS))

@@ -6,6 +6,11 @@ are floats (YAML 1.1 reads them as strings), timestamps stay strings, and a
 duplicated key is an error (omegaconf 2.4 ``_yaml.py``). This module applies
 the same rules with PyYAML alone and refuses hostile input (alias bombs,
 recursive aliases, huge or binary files) with an :class:`InputError`.
+
+Megatron-LM's functional-test runner reads its YAML with yq instead, which keeps a duplicated key (both
+entries reach ``to_entries``). ``load_yaml(..., duplicates="record")`` serves that reader: the last value
+wins in ``data``, every duplicate is listed in ``YamlDoc.duplicates``, and ``YamlDoc.root`` keeps the
+composed node graph, whose scalars hold their text as written (what yq prints).
 """
 
 from __future__ import annotations
@@ -48,12 +53,23 @@ _Loader.yaml_implicit_resolvers = {
 
 
 @dataclass(frozen=True)
+class DuplicateKey:
+    """A key given again in the same mapping: where it was first, and where again (1-based lines)."""
+
+    keys: KeyPath
+    first_line: int
+    line: int
+
+
+@dataclass(frozen=True)
 class YamlDoc:
     """A parsed YAML mapping and the 1-based line of each key, by key path."""
 
     path: str
     data: dict[str, Any]
     lines: dict[KeyPath, int]
+    duplicates: tuple[DuplicateKey, ...] = ()  # only with duplicates="record"
+    root: Any = None  # the composed yaml.Node, only with duplicates="record"
 
     def line(self, keys: KeyPath) -> int | None:
         return self.lines.get(tuple(keys))
@@ -85,8 +101,14 @@ def read_text(path: str) -> str:
     return text
 
 
-def load_yaml(path: str, text: str | None = None) -> YamlDoc:
-    """Parse ``path`` (or ``text``) into a mapping with key lines; raise InputError on bad input."""
+def load_yaml(path: str, text: str | None = None, *, duplicates: str = "refuse") -> YamlDoc:
+    """Parse ``path`` (or ``text``) into a mapping with key lines; raise InputError on bad input.
+
+    ``duplicates``: ``"refuse"`` (OmegaConf's rule: an InputError naming both lines) or ``"record"`` (yq's
+    reading: the last value wins, each duplicate is in ``YamlDoc.duplicates``, the node graph in ``root``).
+    """
+    if duplicates not in ("refuse", "record"):
+        raise ValueError(duplicates)
     if text is None:
         text = read_text(path)
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
@@ -109,20 +131,24 @@ def load_yaml(path: str, text: str | None = None) -> YamlDoc:
         raise InputError(path, f"invalid YAML: {err}") from None
     if node is None:
         raise InputError(path, "empty config (no keys)")
-    builder = _Builder(path, loader)
+    builder = _Builder(path, loader, record=duplicates == "record")
     data = builder.build(node, ())
     if not isinstance(data, dict):
         raise InputError(path, f"the top level is a {type(data).__name__}, not a mapping of keys",
                          node.start_mark.line + 1)
+    if duplicates == "record":
+        return YamlDoc(path, data, builder.lines, tuple(builder.duplicates), node)
     return YamlDoc(path, data, builder.lines)
 
 
 class _Builder:
     """Turn a composed node graph into Python values, recording key lines."""
 
-    def __init__(self, path: str, loader: Any) -> None:
+    def __init__(self, path: str, loader: Any, record: bool = False) -> None:
         self.path = path
         self.loader = loader
+        self.record = record
+        self.duplicates: list[DuplicateKey] = []
         self.lines: dict[KeyPath, int] = {}
         self.expanded = 0
         self.active: set[int] = set()
@@ -165,9 +191,12 @@ class _Builder:
             name = str(key).lower() if isinstance(key, bool) else str(key)
             line = key_node.start_mark.line + 1
             if name in first_line:
-                raise InputError(self.path, f"duplicate key {name!r} (first at line {first_line[name]}); "
-                                            "OmegaConf refuses duplicate keys", line)
-            first_line[name] = line
+                if not self.record:
+                    raise InputError(self.path, f"duplicate key {name!r} (first at line {first_line[name]}); "
+                                                "OmegaConf refuses duplicate keys", line)
+                self.duplicates.append(DuplicateKey(keys + (name,), first_line[name], line))
+            else:
+                first_line[name] = line
             self.lines[keys + (name,)] = line
             out[name] = self.build(value_node, keys + (name,))
         return out

@@ -58,24 +58,36 @@ If a version's parser cannot be built at all, the tool falls back to reading
 flags are generated from config dataclasses (``ArgumentGroupFactory``); a note
 saying so is written under ``notes``.
 
-Output (compact, sorted keys)::
+Output (compact, sorted keys; schema 2)::
 
-    {"source": "NVIDIA/Megatron-LM",
+    {"source": "NVIDIA/Megatron-LM", "schema": 2, "python": {"0.16.1": "3.11.7", ...},
      "refs": {"0.16.1": "<full sha>", ...},
      "method": {"0.16.1": "parser", ...},
-     "versions": {"0.16.1": {"--flag": {"dest": ..., "action": ..., "default": ...,
-                                        "nargs": ..., "type": ..., "choices": ...,
-                                        "const": ..., "required": ...,
-                                        "help_suppressed": ...}, ...}, ...},
-     "conditional": {"0.16.1": {"--flag": {..., "requires": "<package>"}}, ...},
-     "stubs": {"0.16.1": [...], ...},
-     "notes": {...}}
+     "actions": [{"options": ["--flag", ...], "dest": ..., "action": ..., ...}, ...],
+     "versions": {"0.16.1": [<index into actions>, ...], ...},   # parser order
+     "groups": {"0.16.1": [[<index>, ...], ...]},               # mutually exclusive groups
+     "conditional": {"0.16.1": [[<index>, "<package>"], ...]},
+     "enums": {"0.16.1": {"AttnBackend": {"members": [[name, value], ...], "aliases": {...}}}},
+     "converters": {"0.16.1": {"<converter id>": "<source digest>"}},
+     "verified": {"0.16.1": {"cases": N, "mismatches": [...]}},
+     "stubs": {"0.16.1": [...]}, "notes": {...}}
 
-Values that are not JSON (torch dtypes, enum members, functions, non-finite
-floats) are written as ``{"repr": "..."}``; tuples become lists. ``action`` is
-one of store, store_true, store_false, store_const, append, append_const,
-extend, count, help, version, BooleanOptionalAction, or the class name of a
-custom action.
+One entry per argparse action (not per option string), identical entries shared between versions. Keys
+left out take argparse's defaults: ``action`` store, ``nargs``/``type``/``choices``/``const``/``default``
+None, ``required``/``suppressed``/``deprecated`` false. ``options`` lists every option string of the
+action (aliases, and the ``--no-`` form argparse adds for ``BooleanOptionalAction``). ``type`` is the
+converter id: ``int``, ``float``, ``str``, ``bool``, a function's ``__name__``, or ``lambda:<first
+option>``; ``converters`` holds a digest of each one's upstream definition (sha1 of ``ast.unparse`` without
+the docstring), so a changed converter is noticed (checks/loaders/mlm_types.py SOURCE_DIGESTS). ``enum``
+names the Enum class whose members the converter looks up by name; enum members in defaults, choices and
+consts are ``{"enum": class, "name": member, "value": ...}``. ``deprecated`` is true where the help says so.
+Other non-JSON values (functions, non-finite floats) are ``{"repr": "..."}``; tuples become lists.
+
+Verification. After extracting a version the child builds the checker's parser from the fresh table
+(checks.loaders.mlm_argparse) and compares it with the real parser on generated argv for every flag
+(tools/mlm_parity.py: valid and invalid values, missing values, ``=value``, ``--no-`` forms, repeats,
+stray words); the number of cases and every mismatch go under ``verified``. A mismatch makes the tool exit 1
+(the table is still written, so the mismatches can be read).
 """
 
 from __future__ import annotations
@@ -87,6 +99,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import json
 import math
 import os
@@ -139,7 +152,6 @@ _STATIC_ACTIONS = {v for v in _ACTION_NAMES.values()}
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 Json = Any
-FlagTable = dict[str, dict[str, Json]]
 
 
 # --------------------------------------------------------------------------- serialization
@@ -162,13 +174,13 @@ def _repr(value: Any) -> dict[str, str]:
 
 
 def to_json(value: Any) -> Json:
-    """Return ``value`` as JSON data; non-JSON values become ``{"repr": ...}``."""
+    """Return ``value`` as JSON data; enum members as ``{"enum", "name", "value"}``, other non-JSON as repr."""
     if _is_stub(value):
         raise StubValueError(f"value {value!r} comes from a stubbed module")
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, enum.Enum):  # before int: IntEnum members are ints
-        return _repr(value)
+        return {"enum": type(value).__name__, "name": value.name, "value": to_json(value.value)}
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -184,16 +196,92 @@ def to_json(value: Any) -> Json:
     return _repr(value)
 
 
-def type_name(kind: Any) -> str | None:
-    """Name of an argparse ``type=`` callable: int/float/str/a function or class name."""
+def type_name(kind: Any, first_option: str = "") -> str | None:
+    """The converter id of an argparse ``type=`` callable: its ``__name__``, ``lambda:<first option>``."""
     if kind is None:
         return None
     if _is_stub(kind):
         raise StubValueError(f"type {kind!r} comes from a stubbed module")
     if isinstance(kind, functools.partial):
-        return type_name(kind.func)
+        return type_name(kind.func, first_option)
     name = getattr(kind, "__name__", None)
+    if name == "<lambda>":
+        return f"lambda:{first_option}"
     return name if isinstance(name, str) else type(kind).__name__
+
+
+def _without_docstring(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                                         and isinstance(b.value.value, str))]
+    return ast.unparse(ast.FunctionDef(node.name, node.args, body or [ast.Pass()], [], None, lineno=node.lineno))
+
+
+def source_digest(kind: Any) -> str:
+    """A digest of a converter's upstream definition: sha1 of ``ast.unparse`` of it (docstring dropped) and of
+    the module-level functions it calls (``_eval_pattern``).
+
+    ``builtin`` for callables without Python source (int, float, str, bool).
+    """
+    import hashlib
+
+    while isinstance(kind, functools.partial):
+        kind = kind.func
+    code = getattr(kind, "__code__", None)
+    if code is None:
+        return "builtin"
+    try:
+        tree = ast.parse(Path(code.co_filename).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return "unreadable"
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found: list[str] = []
+    nodes: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == kind.__name__ and \
+                code.co_firstlineno in (node.lineno, *(d.lineno for d in node.decorator_list)):
+            found.append(_without_docstring(node))
+            nodes.append(node)
+        elif isinstance(node, ast.Lambda) and kind.__name__ == "<lambda>" and node.lineno == code.co_firstlineno:
+            found.append(ast.unparse(node))
+            nodes.append(node)
+    called = sorted({c.func.id for n in nodes for c in ast.walk(n) if isinstance(c, ast.Call)
+                     and isinstance(c.func, ast.Name) and c.func.id in functions and c.func.id != kind.__name__})
+    found += [_without_docstring(functions[name]) for name in called]
+    return hashlib.sha1("\n".join(found).encode()).hexdigest()[:12] if nodes else "unreadable"
+
+
+def converter_enum(kind: Any, choices: Any) -> type[enum.Enum] | None:
+    """The Enum class a converter looks members up in: a closure cell, a global it names, or the choices'."""
+    found: list[type[enum.Enum]] = []
+    while isinstance(kind, functools.partial):
+        kind = kind.func
+    for cell in getattr(kind, "__closure__", None) or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(content, type) and issubclass(content, enum.Enum):
+            found.append(content)
+    code = getattr(kind, "__code__", None)
+    module_globals = getattr(kind, "__globals__", {})
+    for name in getattr(code, "co_names", ()):
+        value = module_globals.get(name)
+        if isinstance(value, type) and issubclass(value, enum.Enum) and value not in found:
+            found.append(value)
+    if choices is not None:
+        classes = {type(c) for c in choices}
+        if len(classes) == 1 and issubclass(next(iter(classes)), enum.Enum) and next(iter(classes)) not in found:
+            found.append(next(iter(classes)))
+    if len(found) > 1:
+        raise RuntimeError(f"converter {kind!r} refers to several enums: {found}")
+    return found[0] if found else None
+
+
+def enum_table(cls: type[enum.Enum]) -> dict[str, Json]:
+    """An Enum as ``cls[name]`` sees it: canonical members in order, alias names to canonical names."""
+    members = [[m.name, to_json(m.value)] for m in cls]
+    aliases = {name: m.name for name, m in cls.__members__.items() if name != m.name}
+    return {"members": members, **({"aliases": aliases} if aliases else {})}
 
 
 def action_name(action: argparse.Action) -> str:
@@ -202,30 +290,65 @@ def action_name(action: argparse.Action) -> str:
 
 
 def describe_action(action: argparse.Action) -> dict[str, Json]:
+    """One action's argparse semantics; keys holding argparse's default value are left out."""
     choices = action.choices
-    return {
+    first = action.option_strings[0]
+    help_text = action.help if isinstance(action.help, str) else ""
+    kind = converter_enum(action.type, list(choices) if choices is not None else None) \
+        if action.type is not None or choices is not None else None
+    entry: dict[str, Json] = {
+        "options": list(action.option_strings),
         "dest": action.dest,
         "action": action_name(action),
-        "default": to_json(action.default),
         "nargs": action.nargs,
-        "type": type_name(action.type),
+        "type": type_name(action.type, first),
         "choices": None if choices is None else to_json(list(choices)),
         "const": to_json(action.const),
+        "default": to_json(action.default),
         "required": bool(action.required),
-        "help_suppressed": action.help == argparse.SUPPRESS,
+        "suppressed": action.help == argparse.SUPPRESS,
+        "deprecated": "deprecat" in help_text.lower(),
+        "enum": kind.__name__ if kind is not None else None,
     }
+    return compact(entry)
 
 
-def flag_table(parser: argparse.ArgumentParser) -> FlagTable:
-    """One entry per option string of every optional action of ``parser``."""
-    table: FlagTable = {}
+_OMITTED: dict[str, Json] = {"action": "store", "nargs": None, "type": None, "choices": None, "const": None,
+                             "default": None, "required": False, "suppressed": False, "deprecated": False,
+                             "enum": None}
+
+
+def compact(entry: dict[str, Json]) -> dict[str, Json]:
+    return {k: v for k, v in entry.items() if not (k in _OMITTED and v == _OMITTED[k] and
+                                                   type(v) is type(_OMITTED[k]))}
+
+
+def flag_table(parser: argparse.ArgumentParser) -> dict[str, Json]:
+    """Every optional action of ``parser`` in registration order, its mutually exclusive groups, enums and
+    converter digests."""
+    actions: list[dict[str, Json]] = []
+    index: dict[int, int] = {}
+    seen: set[str] = set()
+    enums: dict[str, Json] = {}
+    converters: dict[str, str] = {}
     for action in parser._actions:  # argparse has no public way to list actions
-        entry = describe_action(action)
+        if not action.option_strings:
+            raise RuntimeError(f"positional argument {action.dest} (the checker models optionals only)")
         for option in action.option_strings:
-            if option in table:
+            if option in seen:
                 raise RuntimeError(f"option {option} registered twice")
-            table[option] = entry
-    return table
+            seen.add(option)
+        entry = describe_action(action)
+        index[id(action)] = len(actions)
+        actions.append(entry)
+        kind = converter_enum(action.type, list(action.choices) if action.choices is not None else None) \
+            if action.type is not None or action.choices is not None else None
+        if kind is not None:
+            enums[kind.__name__] = enum_table(kind)
+        if action.type is not None:
+            converters[str(entry["type"])] = source_digest(action.type)
+    groups = [[index[id(a)] for a in group._group_actions] for group in parser._mutually_exclusive_groups]
+    return {"actions": actions, "groups": groups, "enums": enums, "converters": converters}
 
 
 # --------------------------------------------------------------------------- parser method (child)
@@ -336,16 +459,18 @@ def import_arguments_module(stubs: list[str]) -> types.ModuleType:
     raise RuntimeError(f"gave up after {MAX_STUBS} stubs: {stubs}")
 
 
-def build_parser(arguments: types.ModuleType) -> argparse.ArgumentParser:
+def build_parser(arguments: types.ModuleType,
+                 parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The parser of ``arguments.parse_args`` without an extra_args_provider."""
-    parser = argparse.ArgumentParser(description=PARSER_DESCRIPTION, allow_abbrev=False)
+    parser = parser_class(description=PARSER_DESCRIPTION, allow_abbrev=False)
     built: argparse.ArgumentParser = arguments.add_megatron_arguments(parser)
     return built
 
 
-def conditional_flags(arguments: types.ModuleType, base: FlagTable) -> FlagTable:
-    """Flags that appear only when an optional package's availability switch is on."""
-    extra: FlagTable = {}
+def conditional_flags(arguments: types.ModuleType, base: dict[str, Json]) -> list[dict[str, Json]]:
+    """Actions that appear only when an optional package's availability switch is on."""
+    known = {o for entry in base["actions"] for o in entry["options"]}
+    extra: list[dict[str, Json]] = []
     for module_name, attribute, package in FEATURE_SWITCHES:
         try:
             module = importlib.import_module(module_name)
@@ -358,13 +483,40 @@ def conditional_flags(arguments: types.ModuleType, base: FlagTable) -> FlagTable
             switched = flag_table(build_parser(arguments))
         finally:
             setattr(module, attribute, False)
-        for option, entry in switched.items():
-            if option not in base:
-                extra[option] = {**entry, "requires": package}
+        for entry in switched["actions"]:
+            if not set(entry["options"]) & known:
+                extra.append({**entry, "requires": package})
     return extra
 
 
-def extract_from_tree(tree: Path) -> dict[str, Json]:
+def _checker_modules() -> types.ModuleType:
+    """The checker's package and tools/mlm_parity.py, from this repository (pure Python, no megatron)."""
+    root = Path(__file__).resolve().parent.parent
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
+    spec = importlib.util.spec_from_file_location("mlm_parity", Path(__file__).resolve().parent / "mlm_parity.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mlm_parity"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def verify(arguments: types.ModuleType, table: dict[str, Json], label: str) -> dict[str, Json]:
+    """Compare the checker's parser, built from ``table``, with the real parser on generated argv."""
+    parity = _checker_modules()
+    from checks.versions import flag_table_from
+
+    data = {"actions": table["actions"], "versions": {label: list(range(len(table["actions"])))},
+            "groups": {label: table["groups"]}, "enums": {label: table["enums"]},
+            "converters": {label: table["converters"]}}
+    checker_table = flag_table_from(data, label)
+    real = build_parser(arguments, parity.quiet_parser_class(argparse.ArgumentParser))
+    count, mismatches = parity.compare(checker_table, real)
+    return {"cases": count, "mismatches": mismatches}
+
+
+def extract_from_tree(tree: Path, check: bool = True) -> dict[str, Json]:
     """Child-process entry point: build the parser of the megatron tree at ``tree``."""
     import warnings
 
@@ -376,7 +528,9 @@ def extract_from_tree(tree: Path) -> dict[str, Json]:
     if not module_file.is_relative_to(tree.resolve()):
         raise RuntimeError(f"imported {module_file}, not a module under {tree}")
     base = flag_table(build_parser(arguments))
-    return {"flags": base, "conditional": conditional_flags(arguments, base), "stubs": stubs}
+    verified = verify(arguments, base, "extracted") if check else {"cases": 0, "mismatches": ["not verified"]}
+    return {**base, "conditional": conditional_flags(arguments, base), "stubs": stubs, "verified": verified,
+            "python": sys.version.split()[0]}
 
 
 # --------------------------------------------------------------------------- static method
@@ -389,9 +543,10 @@ def _literal(node: ast.expr) -> Json:
         return {"expr": ast.unparse(node)}
 
 
-def static_flags(arguments_py: str) -> FlagTable:
-    """Flags from literal ``add_argument`` calls; dataclass-generated groups are not seen."""
-    table: FlagTable = {}
+def static_flags(arguments_py: str) -> list[dict[str, Json]]:
+    """Actions from literal ``add_argument`` calls; dataclass-generated groups are not seen."""
+    actions: list[dict[str, Json]] = []
+    seen: set[str] = set()
     for node in ast.walk(ast.parse(arguments_py)):
         if not (
             isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
@@ -399,7 +554,7 @@ def static_flags(arguments_py: str) -> FlagTable:
             continue
         options = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         options = [o for o in options if o.startswith("-")]
-        if not options:
+        if not options or set(options) & seen:
             continue
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         action = _literal(kw["action"]) if "action" in kw else "store"
@@ -411,27 +566,25 @@ def static_flags(arguments_py: str) -> FlagTable:
         if "default" in kw:
             default = _literal(kw["default"])
         kind = kw.get("type")
+        if action == "BooleanOptionalAction":  # argparse adds the --no- twin itself
+            options = [x for o in options for x in ([o, "--no-" + o[2:]] if o.startswith("--") else [o])]
+        switch = action in ("store_true", "store_false", "store_const", "BooleanOptionalAction")
         entry = {
+            "options": options,
             "dest": dest,
             "action": action if action in _STATIC_ACTIONS else str(action),
             "default": default,
-            "nargs": _literal(kw["nargs"])
-            if "nargs" in kw
-            else (0 if action in ("store_true", "store_false", "store_const") else None),
+            "nargs": _literal(kw["nargs"]) if "nargs" in kw else (0 if switch else None),
             "type": None if kind is None else ast.unparse(kind).split(".")[-1],
             "choices": _literal(kw["choices"]) if "choices" in kw else None,
-            "const": _literal(kw["const"])
-            if "const" in kw
-            else {"store_true": True, "store_false": False}.get(str(action)),
+            "const": _literal(kw["const"]) if "const" in kw else {"store_true": True, "store_false": False}.get(
+                str(action)),
             "required": _literal(kw["required"]) if "required" in kw else False,
-            "help_suppressed": "help" in kw and ast.unparse(kw["help"]) == "argparse.SUPPRESS",
+            "suppressed": "help" in kw and ast.unparse(kw["help"]) == "argparse.SUPPRESS",
         }
-        if entry["action"] == "BooleanOptionalAction":  # argparse adds the --no- twin itself
-            entry["nargs"] = 0
-            options += ["--no-" + o[2:] for o in options if o.startswith("--")]
-        for option in options:
-            table.setdefault(option, entry)
-    return table
+        seen.update(options)
+        actions.append(compact(entry))
+    return actions
 
 
 # --------------------------------------------------------------------------- driver (parent)
@@ -492,31 +645,72 @@ def extract_version(mirror: Path, label: str, ref: str, python: str, allow_stati
     note = (
         "static: literal add_argument calls in megatron/training/arguments.py only; "
         "flags generated from config dataclasses (ArgumentGroupFactory, megatron/training/argument_utils.py) "
-        'and computed defaults are missing or given as {"expr": ...}'
+        'and computed defaults are missing or given as {"expr": ...}; not verified against the parser'
     )
-    return {"sha": sha, "method": "static", "flags": static_flags(source), "conditional": {}, "stubs": [], "note": note}
+    return {"sha": sha, "method": "static", "actions": static_flags(source), "groups": [], "enums": {},
+            "converters": {}, "conditional": [], "stubs": [], "note": note,
+            "verified": {"cases": 0, "mismatches": ["static extraction: not verified"]}}
 
 
 def load_existing(path: Path | None) -> dict[str, Json]:
     if path is None or not path.exists():
         return {}
     data = json.loads(path.read_text())
-    return data if data.get("source") == SOURCE else {}
+    return data if data.get("source") == SOURCE and data.get("schema") == SCHEMA else {}
+
+
+SCHEMA = 2
+_PER_VERSION = ("refs", "method", "stubs", "notes", "enums", "converters", "verified", "python")
+
+
+def _expand(data: dict[str, Json], label: str) -> dict[str, Json]:
+    """One version of an assembled file back in the shape ``extract_version`` returns."""
+    pool = data["actions"]
+    return {
+        "sha": data["refs"][label], "method": data["method"][label], "stubs": data["stubs"][label],
+        "note": data["notes"].get(label), "enums": data["enums"][label], "converters": data["converters"][label],
+        "verified": data["verified"][label], "python": data["python"].get(label),
+        "actions": [pool[i] for i in data["versions"][label]],
+        "groups": [[data["versions"][label].index(i) for i in g] for g in data["groups"][label]],
+        "conditional": [{**pool[i], "requires": req} for i, req in data["conditional"][label]],
+    }
 
 
 def assemble(results: dict[str, dict[str, Json]], previous: dict[str, Json]) -> dict[str, Json]:
-    sections = ("refs", "method", "versions", "conditional", "stubs", "notes")
-    out: dict[str, Json] = {"source": SOURCE, **{s: dict(previous.get(s, {})) for s in sections}}
-    for label, result in results.items():
+    """Pool identical actions across versions (most flags do not change between releases)."""
+    merged = {label: _expand(previous, label) for label in previous.get("versions", {}) if label not in results}
+    merged.update(results)
+    order = [label for label in VERSION_REFS if label in merged] + sorted(set(merged) - set(VERSION_REFS))
+    pool: list[dict[str, Json]] = []
+    where: dict[str, int] = {}
+
+    def intern(entry: dict[str, Json]) -> int:
+        key = json.dumps(entry, sort_keys=True)
+        if key not in where:
+            where[key] = len(pool)
+            pool.append(entry)
+        return where[key]
+
+    out: dict[str, Json] = {"source": SOURCE, "schema": SCHEMA, "actions": pool, "versions": {}, "groups": {},
+                            "conditional": {}, **{s: {} for s in _PER_VERSION}}
+    for label in order:
+        result = merged[label]
+        indices = [intern(entry) for entry in result["actions"]]
+        out["versions"][label] = indices
+        out["groups"][label] = [[indices[i] for i in group] for group in result["groups"]]
+        out["conditional"][label] = [
+            [intern({k: v for k, v in entry.items() if k != "requires"}), entry["requires"]]
+            for entry in result["conditional"]]
         out["refs"][label] = result["sha"]
         out["method"][label] = result["method"]
-        out["versions"][label] = result["flags"]
-        out["conditional"][label] = result["conditional"]
         out["stubs"][label] = result["stubs"]
+        out["enums"][label] = result["enums"]
+        out["converters"][label] = result["converters"]
+        out["verified"][label] = result["verified"]
+        if result.get("python"):
+            out["python"][label] = result["python"]
         if result["note"]:
             out["notes"][label] = result["note"]
-        else:
-            out["notes"].pop(label, None)
     return out
 
 
@@ -572,14 +766,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     refs = selected_refs(args)
     results: dict[str, dict[str, Json]] = {}
+    failed = False
     for label, ref in refs.items():
         result = extract_version(args.mirror, label, ref, args.python, not args.no_static)
         stubs = ", ".join(result["stubs"]) or "none"
+        verified = result["verified"]
+        flags = sum(len(a["options"]) for a in result["actions"])
         print(
-            f"[{label}] {ref} {result['sha'][:12]}: {len(result['flags'])} flags via {result['method']}, "
-            f"{len(result['conditional'])} conditional, stubs: {stubs}",
+            f"[{label}] {ref} {result['sha'][:12]}: {flags} flags ({len(result['actions'])} actions) via "
+            f"{result['method']}, {len(result['conditional'])} conditional, stubs: {stubs}; checker parser "
+            f"compared on {verified['cases']} argv, {len(verified['mismatches'])} mismatch(es)",
             file=sys.stderr,
         )
+        for mismatch in verified["mismatches"][:20]:
+            print(f"[{label}]   {mismatch}", file=sys.stderr)
+        failed = failed or (bool(verified["mismatches"]) and result["method"] == "parser")
         results[label] = result
     previous = {} if args.all else load_existing(args.output)
     text = dump(assemble(results, previous))
@@ -587,7 +788,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text)
     else:
         args.output.write_text(text + "\n")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

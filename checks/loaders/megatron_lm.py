@@ -1,13 +1,17 @@
 """Megatron-LM command lines: an argv string, a launch script, or a functional-test YAML.
 
-Flags are read with the metadata of the real argparse parser of the selected
-version (``data/mlm_flags.json``), and mapped to config fields by ``dest``,
-because Megatron-LM copies every ``args`` attribute whose name matches a
-``TransformerConfig`` or ``OptimizerConfig`` field
-(NVIDIA/Megatron-LM@d98e8a64:megatron/training/argument_utils.py:277 and
-megatron/training/training.py:2609). A launch script is scanned for flags, not
-executed: simple ``NAME=value`` assignments are substituted, anything else
-containing ``$`` is reported as unresolved.
+Flags are parsed with argparse's semantics over the real parser of the selected version
+(:mod:`checks.loaders.mlm_argparse`, flag table ``data/mlm_flags.json``), and mapped to config fields by
+``dest``, because Megatron-LM copies every ``args`` attribute whose name matches a ``TransformerConfig`` or
+``OptimizerConfig`` field (NVIDIA/Megatron-LM@d98e8a64:megatron/training/argument_utils.py:277 and
+megatron/training/training.py:2609).
+
+* ``--argv`` is the argv the training script receives: every word must be argparse's.
+* A functional-test YAML is turned into one argv per run exactly as the CI runner does it
+  (:mod:`checks.loaders.mlm_runner`); a file with ``MODEL_ARGS_<N>`` gives one config per run.
+* A launch script is scanned for flags, not executed: simple ``NAME=value`` assignments are substituted,
+  anything else containing ``$`` is reported as unresolved, and words of other programs are skipped. With a
+  script among the inputs the whole command line is scanned that way.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from checks.config import CanonicalConfig, Ignored, Origin, Rejected, Setting, Unrecognised
+from checks.config import CanonicalConfig, Duplicate, Ignored, Origin, Rejected, Setting, Unrecognised
 from checks.errors import InputError
+from checks.loaders import mlm_argparse, mlm_runner
 from checks.loaders.common import Request, with_environment
-from checks.versions import FlagSpec, Profile, mlm_flags, profile
-from checks.yamlio import load_yaml, read_text
+from checks.loaders.mlm_argparse import Word
+from checks.versions import EnumMember, FlagSpec, FlagTable, Profile, mlm_flag_table, profile
+from checks.yamlio import read_text
 
 # dests that are not spelled like the config field they set.
 _DEST_ALIASES: Mapping[str, tuple[str, ...]] = {
@@ -43,29 +49,63 @@ _SHAPE_DESTS: frozenset[str] = frozenset({
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_]\w*))", re.ASCII)
 _ASSIGN = re.compile(r"^(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
+_UNRESOLVED = "a shell variable the checker cannot resolve"
+Token = Word  # a launch script's or argv's word with its origin (the name the rest of the package knows)
 
-@dataclass(frozen=True)
-class Token:
-    text: str
-    origin: Origin
+
+@dataclass
+class _Source:
+    """The words one run gets, with what the runner itself reported."""
+
+    words: list[Word]
+    problems: list[mlm_runner.RunnerProblem]
+    duplicates: list[Duplicate]
+    not_read: list[tuple[str, Setting, str]]
 
 
 def load(request: Request) -> list[CanonicalConfig]:
-    tokens: list[Token] = []
-    env: dict[str, Setting] = {}
-    for path in request.files:
-        if path.endswith((".yaml", ".yml")):
-            more, more_env = _yaml_tokens(path)
-            tokens += more
-            env.update(more_env)
-        else:
-            tokens += script_tokens(read_text(path), path)
-    if request.argv is not None:
-        tokens += argv_tokens(request.argv)
     if request.overrides:
         raise InputError("--set", "Megatron-LM command lines take flags, not KEY=VALUE overrides; "
                                   "add flags with --argv \"--flag value\"")
-    return [_Parser(request, profile(request.version)).parse(tokens, env)]
+    runs: dict[str, _Source] = {"MODEL_ARGS": _Source([], [], [], [])}
+    env: dict[str, Setting] = {}
+    env_ignored: list[Ignored] = []
+    strict = True
+    for path in request.files:
+        if path.endswith((".yaml", ".yml")):
+            test = mlm_runner.read(path)
+            by_name = {run.name: run for run in test.runs}
+            for name in by_name:
+                if name not in runs:  # a new run starts from what the inputs before this file gave
+                    base = runs["MODEL_ARGS"]
+                    runs[name] = _Source(list(base.words), list(base.problems), list(base.duplicates),
+                                         list(base.not_read))
+            for name, source in runs.items():
+                run = by_name.get(name, by_name["MODEL_ARGS"])  # the runner falls back to MODEL_ARGS
+                source.words += run.words
+                source.problems += run.problems + test.problems
+                source.duplicates += run.duplicates
+                source.not_read += run.not_read
+            for name, setting in test.env.items():
+                env[f"env.{name}"] = setting
+            for name, setting in test.env_unresolved:
+                env.pop(f"env.{name}", None)
+                env_ignored.append(Ignored(f"env.{name}", setting, f"the value {setting.value!r} holds a variable "
+                                                                     "the runner substitutes; the checker cannot"))
+        else:
+            strict = False
+            words = script_tokens(read_text(path), path)
+            for source in runs.values():
+                source.words += words
+    if request.argv is not None:
+        words = argv_tokens(request.argv)
+        for source in runs.values():
+            source.words += words
+    prof = profile(request.version)
+    table = mlm_flag_table(request.version)
+    targets = list(runs) if len(runs) > 1 else [None]
+    return [_Parser(request, prof, table, strict).parse(source, env, env_ignored, target)
+            for target, source in zip(targets, runs.values(), strict=True)]
 
 
 def argv_tokens(argv: str) -> list[Token]:
@@ -73,7 +113,11 @@ def argv_tokens(argv: str) -> list[Token]:
         words = shlex.split(argv, comments=True)
     except ValueError as err:
         raise InputError("--argv", f"cannot split the command line: {err}") from None
-    return [Token(w, Origin(arg=f"argv[{i}]", key=w)) for i, w in enumerate(words)]
+    # A pasted launch line (`torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers ...`): the training script
+    # receives only the words after it, so the launcher's are not Megatron-LM's to judge.
+    start = next((i + 1 for i, w in enumerate(words) if not w.startswith("-") and w.endswith(".py")), 0)
+    return [Token(w, Origin(arg=f"argv[{i}]", key=w), _UNRESOLVED if "$" in w else "")
+            for i, w in enumerate(words) if i >= start]
 
 
 def script_tokens(text: str, path: str) -> list[Token]:
@@ -89,7 +133,8 @@ def script_tokens(text: str, path: str) -> list[Token]:
             word = word.split("=", 1)[1]
             if not word.startswith("--"):
                 continue
-        out.append(Token(_substitute(word, variables), Origin(path, line_no, key=word)))
+        text = _substitute(word, variables)
+        out.append(Token(text, Origin(path, line_no, key=word), _UNRESOLVED if "$" in text else ""))
     return out
 
 
@@ -149,120 +194,80 @@ def _substitute(word: str, variables: Mapping[str, str]) -> str:
     return _VAR.sub(replace, word)
 
 
-def _yaml_tokens(path: str) -> tuple[list[Token], dict[str, Setting]]:
-    """Megatron-LM functional-test YAML: ``MODEL_ARGS: {--flag: value}``, ``ENV_VARS: {...}``."""
-    doc = load_yaml(path)
-    tokens: list[Token] = []
-    args = doc.data.get("MODEL_ARGS") or {}
-    if not isinstance(args, dict):
-        raise InputError(path, "MODEL_ARGS must be a mapping of flags to values", doc.line(("MODEL_ARGS",)))
-    for flag, value in args.items():
-        origin = Origin(path, doc.line(("MODEL_ARGS", flag)), key=flag)
-        if value is False or value is None:
-            continue
-        tokens.append(Token(flag, origin))
-        if value is True:
-            continue
-        if isinstance(value, str) and value.startswith("[") and value.endswith("]"):
-            values = value[1:-1].split()  # "[a b c]" is how these files write lists
-        elif isinstance(value, list):
-            values = [str(v) for v in value]
-        else:
-            values = [str(value)]
-        tokens += [Token(v, origin) for v in values]
-    env: dict[str, Setting] = {}
-    env_vars = doc.data.get("ENV_VARS") or {}
-    if isinstance(env_vars, dict):
-        for name, value in env_vars.items():
-            env[f"env.{name}"] = Setting(value, Origin(path, doc.line(("ENV_VARS", name)), key=name))
-    return tokens, env
+def _canonical(value: Any) -> Any:
+    """A parsed value as the config holds it: enum members by name (as Bridge and NeMo-RL YAML write them)."""
+    if isinstance(value, EnumMember):
+        return value.name
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_canonical(v) for v in value)
+    return value
 
 
 class _Parser:
-    """argparse semantics over the recorded option metadata, keeping every token's origin."""
+    """One run's argv through the argparse model, into a canonical config that keeps every word's origin."""
 
-    def __init__(self, request: Request, prof: Profile) -> None:
+    def __init__(self, request: Request, prof: Profile, table: FlagTable, strict: bool) -> None:
         self.request = request
         self.prof = prof
-        self.flags = mlm_flags(request.version)
+        self.table = table
+        self.flags = table.flags
+        self.strict = strict
         self.values: dict[str, tuple[FlagSpec, Any, Origin]] = {}  # dest -> last value
         self.unrecognised: list[Unrecognised] = []
         self.ignored: list[Ignored] = []
         self.rejected: list[Rejected] = []
 
-    def parse(self, tokens: list[Token], env: dict[str, Setting]) -> CanonicalConfig:
-        i = 0
-        while i < len(tokens):
-            token = tokens[i]
-            i += 1
-            if not token.text.startswith("--") or token.text == "--":
+    def parse(self, source: _Source, env: dict[str, Setting], env_ignored: list[Ignored],
+              target: str | None) -> CanonicalConfig:
+        outcome, _ = mlm_argparse.parse(source.words, self.table, strict=self.strict)
+        duplicate_origins = {(d.first.origin.file, d.first.origin.line) for d in source.duplicates}
+        for unknown in outcome.unknown:
+            inline = unknown.word.text.split("=", 1)[1] if "=" in unknown.word.text else True
+            self.unrecognised.append(Unrecognised("argv", unknown.name, Setting(inline, unknown.word.origin),
+                                                  "crash"))
+        for error in outcome.errors:
+            reason = f"argparse: {error.message}" + (f" ({error.hint})" if error.hint else "")
+            path = error.spec.dest if error.spec is not None else "argv"
+            self.rejected.append(Rejected(path, Setting(error.word.text, error.word.origin), reason))
+        for problem in source.problems:
+            self.rejected.append(Rejected("argv", Setting(problem.origin.key, problem.origin),
+                                          f"runner: {problem.message}"))
+        last: dict[str, mlm_argparse.Assignment] = {}
+        for event in outcome.events:
+            spec = event.spec
+            if isinstance(event, mlm_argparse.Unresolved):
+                text = " ".join(w.text for w in event.words[1:]) or event.words[0].text.partition("=")[2]
+                why = next((w.unresolved for w in event.words if w.unresolved), _UNRESOLVED)
+                self.ignored.append(Ignored(spec.flag, Setting(text, event.words[0].origin),
+                                            f"the value holds {why}; pass the flag with --argv to check it"))
+                self.values.pop(spec.dest, None)
+                last.pop(spec.dest, None)
                 continue
-            flag, eq, inline = token.text.partition("=")
-            spec = self.flags.get(flag)
-            if spec is None:
-                self.unrecognised.append(Unrecognised("argv", flag, Setting(inline or True, token.origin), "crash"))
-                continue
-            values: list[Token] = [Token(inline, token.origin)] if eq else []
-            if spec.takes_value and not eq:
-                while i < len(tokens) and not _is_option(tokens[i].text) and \
-                        (spec.nargs in ("+", "*") or not values):
-                    values.append(tokens[i])
-                    i += 1
-            self._store(spec, token, values)
+            origin = event.words[0].origin
+            previous = last.get(spec.dest)
+            if previous is not None and spec.action not in ("append", "append_const", "extend", "count"):
+                where = previous.words[0].origin
+                if (where.file, where.line) not in duplicate_origins or where.file is None:
+                    self.ignored.append(Ignored(previous.spec.flag, Setting(_canonical(previous.value), where),
+                                                f"{spec.flag} is given again at {origin.describe()}; argparse keeps "
+                                                "the last value"))
+            last[spec.dest] = event
+            self.values[spec.dest] = (spec, _canonical(event.value), origin)
+        for key, setting, why in source.not_read:
+            self.ignored.append(Ignored(key, setting, why))
+        self.ignored += env_ignored
         settings = self._settings()
         settings.update(env)
         with_environment(settings, self.request.environment, launch_wins=True)
         return CanonicalConfig(
             flavor="megatron-lm", version=self.request.version, settings=settings,
             spelling=MegatronLmSpelling(self.flags, self.prof, {s.flag for s, _, _ in self.values.values()}),
-            defaults=self._defaults(), unrecognised=tuple(self.unrecognised), ignored=tuple(self.ignored),
-            rejected=tuple(self.rejected), inputs=self.request.files, environment=self.request.environment,
+            target=target, defaults=self._defaults(), unrecognised=tuple(self.unrecognised),
+            ignored=tuple(self.ignored), rejected=tuple(self.rejected), inputs=self.request.files,
+            environment=self.request.environment, duplicates=tuple(source.duplicates),
         )
-
-    def _store(self, spec: FlagSpec, token: Token, values: list[Token]) -> None:
-        origin = token.origin
-        if spec.action == "store_true":
-            value: Any = True
-        elif spec.action == "store_false":
-            value = False
-        elif spec.action == "store_const":
-            value = spec.const
-        elif not values:
-            self.rejected.append(Rejected(spec.dest, Setting(None, origin), f"argparse: {spec.flag} expects a value"))
-            return
-        else:
-            unresolved = [v.text for v in values if "$" in v.text]
-            if unresolved:
-                self.ignored.append(Ignored(spec.flag, Setting(" ".join(v.text for v in values), origin),
-                                            f"the value {' '.join(unresolved)} is a shell variable the checker "
-                                            "cannot resolve; pass the flag with --argv to check it"))
-                self.values.pop(spec.dest, None)
-                return
-            converted = [self._convert(spec, v) for v in values]
-            if any(c is _REJECTED for c in converted):
-                return
-            value = converted if spec.nargs in ("+", "*") or isinstance(spec.nargs, int) else converted[0]
-        previous = self.values.get(spec.dest)
-        if previous is not None:
-            self.ignored.append(Ignored(previous[0].flag, Setting(previous[1], previous[2]),
-                                        f"{spec.flag} is given again at {origin.describe()}; argparse keeps "
-                                        "the last value"))
-        self.values[spec.dest] = (spec, value, origin)
-
-    def _convert(self, spec: FlagSpec, token: Token) -> Any:
-        text = token.text
-        try:
-            value: Any = {"int": int, "float": float}.get(spec.type or "", str)(text)
-        except ValueError:
-            self.rejected.append(Rejected(spec.dest, Setting(text, token.origin),
-                                          f"argparse: {spec.flag}: invalid {spec.type} value: {text!r}"))
-            return _REJECTED
-        if spec.choices is not None and value not in spec.choices:
-            choices = ", ".join(repr(c) for c in spec.choices)
-            self.rejected.append(Rejected(spec.dest, Setting(text, token.origin),
-                                          f"argparse: {spec.flag}: invalid choice: {text!r} (choose from {choices})"))
-            return _REJECTED
-        return value
 
     def _paths(self, dest: str) -> tuple[str, ...]:
         """Config fields a flag sets; a flag that sets none is kept as a launcher setting, ``run.<dest>``."""
@@ -329,7 +334,7 @@ class _Parser:
         """Where the command line's default differs from the dataclass default, the command line wins."""
         out: dict[str, Any] = {}
         for spec in self.flags.values():
-            if spec.default is None or isinstance(spec.default, dict) or spec.action == "store_false":
+            if spec.default is None or isinstance(spec.default, (dict, EnumMember)) or spec.action == "store_false":
                 continue
             if spec.dest in _SHAPE_DESTS:
                 out[f"run.{spec.dest}"] = spec.default
@@ -341,14 +346,6 @@ class _Parser:
                                                                                          "str", "list_str"):
                     out[path] = spec.default
         return out
-
-
-_REJECTED = object()
-
-
-def _is_option(text: str) -> bool:
-    # argparse treats "-1" and "-0.5" as values when no option looks like a negative number.
-    return text.startswith("-") and not re.fullmatch(r"-\d+(\.\d*)?([eE][-+]?\d+)?", text)
 
 
 class MegatronLmSpelling:

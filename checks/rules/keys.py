@@ -10,16 +10,27 @@ from checks.context import Context
 from checks.formats import BRIDGE_SECTIONS, is_offload_related, normalise
 from checks.formats import close_matches as _close_matches
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
+from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule
 from checks.values import show
 from checks.versions import NEMO_RL_VERSIONS, mlm_flags, nemo_rl_keys, versions_with_field, versions_with_flag
 
 _FRONT_END = {"bridge": "Megatron Bridge", "nemo-rl": "NeMo-RL", "megatron-lm": "Megatron-LM"}
 
 
+# The class Bridge names when it skips a key its dataclass lacks (omegaconf_utils.py:472).
+_BRIDGE_CLASSES = {"": "ConfigContainer", "optimizer": "OptimizerConfig", "ddp": "DistributedDataParallelConfig"}
+
+
 def _consequence(ctx: Context, item: Unrecognised) -> str:
     if item.consequence == "crash":
         return "the run fails at start-up" if item.section != "argv" else "argparse exits at start-up"
+    if item.consequence == "skipped":
+        # A `+`/`++` override adds the key to Bridge's dict; setting the dict back onto the dataclasses skips it
+        # (NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/utils/omegaconf_utils.py:470-474).
+        cls = _BRIDGE_CLASSES.get(item.section) or (ctx.cfg.model_class or "").rsplit(".", 1)[-1] or \
+            "<the recipe's model provider class>"
+        return (f"Megatron Bridge adds it, then drops it when it sets the config back, logging only \"Key "
+                f"'{item.name}' in overrides not found in config object {cls}. Skipping.\", so it has no effect")
     return f"{_FRONT_END[ctx.flavor]} drops it without an error, so it has no effect"
 
 
@@ -73,7 +84,11 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
     Why it matters:
         Depending on the front end the run either fails at start-up (Megatron-LM
         argparse, NeMo-RL) or drops the key without a word (Bridge providers, NeMo-RL's
-        `megatron_cfg`), in which case the offloading you configured never happens. A
+        `megatron_cfg`), in which case the offloading you configured never happens. On the
+        command line (`--set`), Bridge and NeMo-RL refuse a plain `KEY=VALUE` whose key
+        the config lacks (CFG007 reports that, not this rule); a `+KEY`/`++KEY` override
+        of a key a Bridge section's dataclass lacks is added and then dropped with only a
+        log line ("Key '...' in overrides not found in config object ... Skipping."). A
         stray `megatron_cfg` key that `model_overrides` also sets is not dropped: NeMo-RL
         raises, and CFG006 reports it.
 
@@ -112,6 +127,91 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
         detail = f" ({hint})" if hint else ""
         yield Hit(key, f"{key!r} is not {where}{detail}; "
                   f"{_consequence(ctx, item)}", fix, origin=item.setting.origin)
+
+
+def check_refused_override(ctx: Context) -> Iterator[Hit]:
+    """A `--set` override that Megatron Bridge or NeMo-RL refuses when it applies the overrides.
+
+    What it checks:
+        Each command-line override, applied as both frameworks apply them: Hydra 1.3's
+        `_apply_overrides_to_config` on the config in struct mode. Refused are a plain
+        `KEY=VALUE` whose key the config lacks (a typo, a key under a null section), a dict
+        value with a key the mapping lacks, `+KEY=VALUE` on a key that already has a
+        non-null value (`+model.cpu_offloading=true`: the field exists, with default
+        false), `~KEY` on a key that is absent or null, `~KEY=VALUE` when the value
+        differs, and a list given where a mapping is (or the reverse). Quotes upstream's
+        message verbatim. For a Bridge override file, a key exists when the file sets it or
+        every class the section can hold declares it; where that cannot be known, CFG009
+        says so instead.
+
+    Why it matters:
+        The job stops before training with "Failed to parse Hydra overrides: ...", after it
+        has been scheduled. The rest of the config is checked without the refused override,
+        as if it had been removed; upstream stops at the first one.
+
+    Source:
+        hydra-core 1.3 `ConfigLoaderImpl._apply_overrides_to_config`
+        (hydra/_internal/config_loader_impl.py:336-399) and `OmegaConf.update`, called by
+        Megatron Bridge (`parse_hydra_overrides`) and NeMo-RL (`nemo_rl.utils.config`).
+    """
+    check = up.BRIDGE_OVERRIDE_REFUSED if ctx.flavor == "bridge" else up.NRL_OVERRIDE_REFUSED
+    for note in ctx.cfg.refused_overrides:
+        error = note.message.removeprefix("Failed to parse Hydra overrides: ")
+        said = " ".join(note.message.split())  # one line in the finding; the upstream record keeps it verbatim
+        yield Hit(note.origin.key or note.text, f"'{note.text}' is refused at start-up: "
+                  f"{_FRONT_END[ctx.flavor]} stops with \"{said}\"; the rest is checked without it",
+                  _override_fix(ctx, note.text, error), upstream=ctx.upstream(check, error=error), origin=note.origin)
+
+
+def _override_fix(ctx: Context, text: str, error: str) -> str:
+    if error.startswith("Could not override"):
+        close = _close_matches(text.split("=", 1)[0].rsplit(".", 1)[-1], sorted(
+            ctx.profile.names("model") | ctx.profile.names("optimizer") | ctx.profile.names("ddp")), n=1, cutoff=0.8)
+        spelled = f" (did you mean {close[0]!r}?)" if close and close[0] != text.split("=", 1)[0] else ""
+        return (f"Check the key{spelled}: the config has no such key. To add one, write +{text}"
+                + (" (Bridge then drops a key its dataclass lacks)" if ctx.flavor == "bridge" else ""))
+    if error.startswith("Could not append"):
+        return f"Drop the '+': write {text[1:]} (or ++{text[1:]}, which adds or overrides)"
+    if error.startswith("Could not delete") and "does not exist" in error:
+        return "Remove the override: there is nothing to delete"
+    if error.startswith("Could not delete"):
+        return f"Write {text.split('=', 1)[0]} without a value, or give the value the key has"
+    return "Write the value with the shape the key holds (a mapping for a mapping, a list for a list, an index " \
+           "for a list item)"
+
+
+def check_unverified_override(ctx: Context) -> Iterator[Hit]:
+    """A `--set` override whose outcome depends on a config the checker was not given.
+
+    What it checks:
+        A command-line override on a Bridge override file (or on no file) whose acceptance
+        or effect depends on the recipe it is merged into: `+KEY` on a field whose default
+        is null (the recipe may set it), a plain `KEY=VALUE` on a key only some of the
+        classes the section can hold declare (a provider subclass field), a key under a
+        section that is null by default (`comm_overlap`), a deleted key (`~KEY`: Bridge
+        sets back only the keys left, so the field keeps the recipe's value), or an
+        interpolation that needs the recipe. The override is applied as if the recipe
+        allowed it, and the rest is checked on that assumption.
+
+    Why it matters:
+        Unknown is not a default: the verdict on the rest of the config assumes this
+        override did what it says, and with another recipe it may be refused at start-up
+        (CFG007) or change nothing.
+
+    Source:
+        Beyond upstream: the field tables of Bridge's ConfigContainer sections
+        (`tools/bridge_fields.py`) and of megatron-core's config classes.
+    """
+    for note in ctx.cfg.unverified_overrides:
+        if ctx.flavor == "bridge" and note.text.startswith("~") and "sets back only the keys" in note.message:
+            fix = f"Set {note.origin.key} to the value you mean instead of deleting it"
+        elif ctx.flavor == "bridge":
+            fix = ("To check it exactly, give the full config it applies to: the recipe's complete run_config.yaml "
+                   "dump (or the ConfigContainer.yaml of a dry run), before any override file")
+        else:
+            fix = "To check it exactly, give the config file the run uses"
+        yield Hit(note.origin.key or note.text, f"'{note.text}' could not be verified: {note.message}", fix,
+                  origin=note.origin)
 
 
 def check_value_type(ctx: Context) -> Iterator[Hit]:
@@ -234,23 +334,75 @@ def _newer(a: str, b: str) -> bool:
 
 
 def check_rejected(ctx: Context) -> Iterator[Hit]:
-    """A value the Megatron-LM argument parser refuses (bad number, unknown choice, missing value).
+    """A command line the Megatron-LM argument parser refuses, or that the functional-test runner cannot build.
 
     What it checks:
-        A flag's value that argparse rejects with the selected version's parser:
-        `--optimizer-offload-fraction half`, `--recompute-granularity partial`, a
-        value-taking flag at the end of the line.
+        Every error the selected version's argparse parser would raise, in its own words: a value it
+        cannot convert (`--optimizer-offload-fraction half`: "invalid float value"), an invalid choice
+        (`--recompute-granularity partial`), a missing value ("expected one argument"), a value given to a
+        switch (`--bf16=true`: "ignored explicit argument"), a word no flag takes ("unrecognized arguments",
+        e.g. `false` after a switch), two flags of a mutually exclusive group ("not allowed with argument"),
+        and a value whose converter raises what argparse does not catch (an unknown `--attention-backend`
+        name raises KeyError: a traceback). For a functional-test YAML, also what stops Megatron-LM's CI
+        runner before argparse: an unmatched quote for `xargs`, shell syntax in its `eval`, a list or mapping
+        as a flag value.
 
     Why it matters:
-        `argparse` exits before training starts, after the job has been scheduled.
+        The job stops at start-up, after it has been scheduled.
 
     Source:
-        Megatron-LM's argument parser, dumped per version (`tools/mlm_flags.py`).
+        Megatron-LM's argument parser, dumped and verified per version (`tools/mlm_flags.py`), parsed with
+        CPython's argparse semantics; the runner is
+        NVIDIA/Megatron-LM@d98e8a64:tests/functional_tests/shell_test_utils/_run_training.sh.
     """
     for item in ctx.cfg.rejected:
-        yield Hit(item.path if "." in item.path else f"{_section(ctx, item.path)}.{item.path}", item.reason,
-                  "Give the flag a valid value (python -m checks explain CFG004 lists the parser's rules)",
-                  origin=item.setting.origin)
+        if item.reason.startswith("runner: "):
+            fix = "Write the value so the runner passes it as intended (see the message)"
+        elif "unrecognized arguments" in item.reason:
+            fix = ("Remove the word: a switch takes no value (write the flag alone for true, leave it out for "
+                   "false); in a functional-test YAML write `--flag: true`, not false or null")
+        elif "ignored explicit argument" in item.reason:
+            fix = "Write the switch without =value"
+        else:
+            fix = "Give the flag a valid value (python -m checks explain CFG004 lists the parser's rules)"
+        path = item.path if "." in item.path or item.path == "argv" else f"{_section(ctx, item.path)}.{item.path}"
+        yield Hit(path, item.reason, fix, origin=item.setting.origin)
+
+
+def check_duplicate_key(ctx: Context) -> Iterator[Hit]:
+    """A flag written twice in the MODEL_ARGS of a Megatron-LM functional-test YAML.
+
+    What it checks:
+        A key that appears twice in the same `MODEL_ARGS` (or `MODEL_ARGS_<N>`) mapping. Megatron-LM's CI
+        runner reads the file with yq, which keeps both entries, and passes both flags; argparse then keeps
+        the later value (an `append` flag keeps both). In a mapping with a merge key (`<<: *base`), yq's
+        `explode` keeps only the later entry. Either way the earlier line has no effect. Reported with both
+        lines, whether or not the values differ.
+
+    Why it matters:
+        Megatron Bridge and NeMo-RL refuse such a file (OmegaConf rejects duplicate keys), and a reader who
+        edits the first line changes nothing: the job runs with the other value.
+
+    Source:
+        NVIDIA/Megatron-LM@d98e8a64:tests/functional_tests/shell_test_utils/_run_training.sh:131 (yq
+        `to_entries` over MODEL_ARGS) and argparse's store action (the last value stays).
+    """
+    for dup in ctx.cfg.duplicates:
+        first, last = dup.first, dup.last
+        spec = mlm_flags(ctx.version).get(dup.key)
+        where = f"lines {first.origin.line} and {last.origin.line}" if first.origin.line and last.origin.line \
+            else "twice"
+        if spec is not None and spec.action in ("append", "append_const", "extend", "count") and \
+                "passes both" in dup.outcome:
+            effect = f"argparse applies both ({spec.action})"
+        elif first.value == last.value:
+            effect = f"both say {_short(last.value)}, so the earlier line is redundant"
+        else:
+            effect = (f"the value at line {last.origin.line}, {_short(last.value)}, wins; {_short(first.value)} "
+                      f"at line {first.origin.line} has no effect")
+        path = f"{_section(ctx, spec.dest)}.{spec.dest}" if spec is not None else "argv"
+        yield Hit(path, f"{dup.key} is given twice ({where}): {dup.outcome}; {effect}",
+                  f"Keep one {dup.key} line, with the value you mean", origin=last.origin)
 
 
 def _section(ctx: Context, dest: str) -> str:
@@ -344,6 +496,10 @@ RULES: tuple[Rule, ...] = (
          good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
                       "--optimizer-offload-fraction 1.0", "megatron-lm"),
          flavors=frozenset({"megatron-lm"})),
+    Rule("CFG008", "duplicate-key", WARNING, check_duplicate_key,
+         bad=Example("MODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 256\n  --num-layers: 8\n", "megatron-lm"),
+         good=Example("MODEL_ARGS:\n  --num-layers: 8\n  --hidden-size: 256\n", "megatron-lm"),
+         flavors=frozenset({"megatron-lm"})),
     Rule("CFG006", "nemo-rl-model-overrides-conflict", ERROR, check_model_overrides_conflict,
          bad=Example("policy:\n  megatron_cfg:\n    enabled: true\n    model_overrides:\n"
                      "      recompute_granularity: selective\n", "nemo-rl"),
@@ -357,4 +513,13 @@ RULES: tuple[Rule, ...] = (
                       "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n"
                       "      use_distributed_optimizer: true\n      use_precision_aware_optimizer: true\n",
                       "nemo-rl")),
+    Rule("CFG007", "override-refused", ERROR, check_refused_override,
+         bad=Example("model:\n  num_layers: 8\n", overrides=("+model.cpu_offloading=true",)),
+         good=Example("model:\n  num_layers: 8\n",
+                      overrides=("model.cpu_offloading=true", "model.cpu_offloading_num_layers=2")),
+         flavors=frozenset({"bridge", "nemo-rl"}), upstream=(up.BRIDGE_OVERRIDE_REFUSED, up.NRL_OVERRIDE_REFUSED)),
+    Rule("CFG009", "override-unverified", INFO, check_unverified_override,
+         bad=Example("model:\n  num_layers: 8\n", overrides=("+model.recompute_granularity=full",)),
+         good=Example("model:\n  num_layers: 8\n", overrides=("++model.recompute_granularity=full",)),
+         flavors=frozenset({"bridge", "nemo-rl"})),
 )
