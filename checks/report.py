@@ -96,7 +96,9 @@ def _finding_lines(f: Finding, inputs: Sequence[str]) -> list[str]:
     target = f"[{f.target}] " if f.target else ""
     lines = [f"{_where(f.origin, inputs)}: {f.severity.upper()} {f.rule} {target}{f.message}", f"    fix: {f.fix}"]
     if f.upstream is not None:
-        quoted = f'"{f.upstream.message}"' if f.upstream.message is not None else "(bare assert, no message)"
+        # one line per finding part: a multi-line message (Hydra's) shows its line breaks as \n
+        quoted = '"{}"'.format(f.upstream.message.replace("\n", "\\n")) if f.upstream.message is not None \
+            else "(bare assert, no message)"
         lines.append(f"    upstream: {f.upstream.project} {quoted} at {f.upstream.anchor}")
     return lines
 

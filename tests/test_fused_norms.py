@@ -58,3 +58,9 @@ def test_a_partial_config_that_does_not_say_is_told_so(check: Callable[..., list
     assert fga014(check(_BRIDGE.format(extra="  multi_latent_attention: true\n"))) == []
     [finding] = fga014(check(_BRIDGE.format(extra="  multi_latent_attention: false\n")))
     assert finding.patch == {"model.offload_modules": ["core_attn"]}
+
+
+def test_a_bridge_mla_provider_with_down_projection_fusion_fuses_the_input_norm(
+        check: Callable[..., list[Finding]]) -> None:
+    [finding] = fga014(check(_BRIDGE.format(extra="  multi_latent_attention: true\n  mla_down_proj_fusion: true\n")))
+    assert "['attn_norm']" in finding.message

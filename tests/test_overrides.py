@@ -219,8 +219,10 @@ def test_overlong_integer_is_a_syntax_error(text: str) -> None:
     check_against_hydra(text)
 
 
-def test_module_imports_neither_hydra_nor_omegaconf() -> None:
-    code = ("import sys, checks.loaders.overrides; "
+@pytest.mark.parametrize("module", ["checks.loaders.overrides", "checks.loaders.tree", "checks.loaders.common",
+                                    "checks.loaders.apply", "checks.loaders.bridge_recipe"])
+def test_module_imports_neither_hydra_nor_omegaconf(module: str) -> None:
+    code = (f"import sys, {module}; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('hydra', 'omegaconf', 'antlr4')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,8 +1,8 @@
 """Loaders: every input format into :class:`checks.config.CanonicalConfig`.
 
 ``load(request)`` picks the format (``--flavor`` or detection) and returns one
-canonical config per model (NeMo-RL configs can hold a policy and a value
-model).
+canonical config per model (a NeMo-RL config can build several Megatron
+models: policy, value, teachers, a generation model).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ __all__ = ["FLAVORS", "Request", "detect_flavor", "load"]
 # Imported on demand: a run reads one format, and start-up time is the point of this package.
 _LOADERS = {"bridge": "checks.loaders.bridge", "nemo-rl": "checks.loaders.nemo_rl",
             "megatron-lm": "checks.loaders.megatron_lm"}
+# Top-level keys only a NeMo-RL config has: the sections its Megatron models are built from
+# (checks/loaders/nemo_rl.py), and cross-tokenizer distillation's teachers list.
+_NEMO_RL_ROOTS = frozenset({"policy", "value", "teacher", "teachers", "on_policy_distillation"})
 
 
 def load(request: Request) -> list[CanonicalConfig]:
@@ -58,8 +61,8 @@ def detect_flavor(request: Request) -> str:
                                "pass --flavor")
     if request.argv is not None:
         return "megatron-lm"
-    roots = {text.lstrip("+~").split(".", 1)[0] for text in request.overrides}
-    if roots & {"policy", "value"}:
+    roots = {text.lstrip("+~").split("=", 1)[0].split(".", 1)[0] for text in request.overrides}
+    if roots & _NEMO_RL_ROOTS:
         return "nemo-rl"
     if roots & {"model", "optimizer", "ddp", "env_vars"}:
         return "bridge"

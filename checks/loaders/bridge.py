@@ -9,15 +9,19 @@ NVIDIA-NeMo/Megatron-Bridge@067f987d (see reference/formats.md).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from checks.config import CanonicalConfig, Origin, Setting, Unrecognised
+from checks.config import CanonicalConfig, Origin, OverrideNote, Setting, Unrecognised
 from checks.formats import BRIDGE_SECTIONS
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
-from checks.loaders.common import Request, apply_overrides, hydra_lines, with_environment
+from checks.loaders.apply import ABSENT, Base
+from checks.loaders.bridge_recipe import RecipeBase
+from checks.loaders.bridge_recipe import table as bridge_fields
+from checks.loaders.common import Applied, Request, apply_overrides, hydra_lines, with_environment
 from checks.versions import profile
-from checks.yamlio import load_yaml
+from checks.yamlio import KeyPath, load_yaml
 
 # ConfigContainer sections whose fields map onto megatron-core config classes.
 SECTIONS: Mapping[str, str] = {"model": "model", "optimizer": "optimizer", "ddp": "ddp", "env_vars": "env"}
@@ -40,6 +44,9 @@ _RUN_KEYS: Mapping[tuple[str, str], str] = {
     **{("model", name): f"run.{name}" for name in (
         "vocab_size", "should_pad_vocab", "make_vocab_size_divisible_by", "share_embeddings_and_output_weights",
         "position_embedding_type", "seq_length")},
+    # An MLATransformerConfig field (NVIDIA/Megatron-LM@d98e8a64:megatron/core/transformer/transformer_config.py:3338)
+    # that decides whether attention's input norm is fused away (rule FGA014).
+    ("model", "mla_down_proj_fusion"): "run.mla_down_proj_fusion",
 }
 _SYNC_NOTE = ("Bridge enables the distributed optimizer in both ddp and optimizer when either is set "
               "(Megatron-Bridge@067f987d:src/megatron/bridge/training/config.py:2101-2138)")
@@ -62,23 +69,102 @@ def decode_target(mapping: dict[str, Any]) -> Any:
 
 def load(request: Request) -> list[CanonicalConfig]:
     tree: trees.Tree = {}
+    dump: trees.Tree | None = None  # a `_target_` dump (run_config.yaml): what the overrides start from
     for path in request.files:
-        tree = trees.merge(tree, trees.from_doc(load_yaml(path), decode_target))
-    tree = apply_overrides(tree, request.overrides)
-    nested = isinstance(trees.get(tree, ("model", "transformer")), dict)
-    wanted = [keys for keys, _ in trees.leaves(tree) if keys and keys[0] in SECTIONS]
-    tree = interpolation.resolve(tree, wanted)
-    return [_canonical(tree, request, nested)]
+        layer = trees.from_doc(load_yaml(path), decode_target)
+        if dump is None and "_target_" in layer:
+            dump = layer
+        tree = trees.merge(tree, layer)  # later files as --config-file: OmegaConf.merge, not struct
+    nested = isinstance(trees.get(tree, ("model", "transformer")), dict)  # the layout the config itself uses
+    # The command-line overrides in struct mode over the recipe (or the dump) merged with the files
+    # (NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/utils/omegaconf_utils.py:139-153).
+    # A dump holds every field; one the file leaves out (an abridged dump) is still a field of its class.
+    base: Base = RecipeBase(request.version, nested=nested, source="dump" if dump is not None else "recipe")
+    applied = _written_back(apply_overrides(tree, request.overrides, base), dump, request.overrides)
+    wanted = [keys for keys, _ in trees.leaves(applied.tree) if keys and keys[0] in SECTIONS]
+    tree = interpolation.resolve(applied.tree, wanted)
+    return applied.attach([_canonical(tree, request, nested, base)])
 
 
-def _canonical(tree: trees.Tree, request: Request, nested: bool) -> CanonicalConfig:
+def _written_back(applied: Applied, dump: trees.Tree | None, overrides: tuple[str, ...]) -> Applied:
+    """The config after Bridge sets the overridden dict back onto its dataclasses.
+
+    ``_apply_overrides`` sets only the keys the dict holds (omegaconf_utils.py:469-474), so a field an
+    override deleted keeps the value it had before the overrides: the recipe's, or the dump's. A key of a
+    plain dict field (``env_vars``) is really gone: the whole dict is set.
+    """
+    from checks.loaders.overrides import parse_override
+
+    tree = applied.tree
+    notes = list(applied.unverified)
+    refused = {note.index for note in applied.refused}
+    for index, text in enumerate(overrides, start=1):
+        if index in refused or not text.startswith("~"):
+            continue
+        keys = tuple(parse_override(text).key.split("."))
+        if not _is_dataclass_field(keys):
+            continue
+        before = trees.get(dump, keys) if dump is not None else None
+        if before is not None:
+            tree = _put(tree, keys, before)
+            kept = f"the dump's value, which the checker keeps ({_shown(before)})"
+        elif dump is not None:
+            kept = "its value from before the overrides, which the dump leaves out (the checker reads it as unset)"
+        else:
+            kept = "the recipe's value, which the checker does not have (it reads the field as unset)"
+        said = (f"Bridge deletes '{'.'.join(keys)}' from its override dict, then sets back only the keys the dict "
+                f"holds (NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/utils/omegaconf_utils.py:"
+                f"469-474), so the field keeps {kept}")
+        earlier = next((i for i, n in enumerate(notes) if n.index == index), None)
+        if earlier is None:
+            notes.append(OverrideNote(index, text, Origin(arg=f"--set #{index}", key=".".join(keys), note=text), said))
+        else:  # one finding per override: the deletion itself could not be verified either
+            notes[earlier] = replace(notes[earlier], message=f"{notes[earlier].message}; if it passes, {said}")
+    return replace(applied, tree=tree, unverified=tuple(notes))
+
+
+def _is_dataclass_field(keys: KeyPath) -> bool:
+    """Whether ``keys`` names a ConfigContainer section or a field of a section's dataclass."""
+    kind = bridge_fields()["container"].get(keys[0])
+    if kind is None:  # not a ConfigContainer field: nothing to set back
+        return False
+    if kind == "map":  # env_vars is a plain dict: it is set back whole, without a deleted entry
+        return len(keys) == 1
+    return len(keys) <= 2 or (keys[:2] == ("model", "transformer") and len(keys) == 3)
+
+
+def _put(tree: trees.Tree, keys: KeyPath, node: object) -> trees.Tree:
+    out = dict(tree)
+    if len(keys) == 1:
+        out[keys[0]] = node
+    else:
+        below = out.get(keys[0])
+        out[keys[0]] = _put(below if isinstance(below, dict) else {}, keys[1:], node)
+    return out
+
+
+def _shown(node: object) -> str:
+    return repr(node.value) if isinstance(node, Setting) else "a mapping"
+
+
+def _dropped(setting: Setting, base: Base) -> str:
+    """What Bridge does with a key that is not a field: a `+`/`++` override's key absent from the config is
+    added, then skipped with a log line when the dict is set back (omegaconf_utils.py:470-474)."""
+    if setting.origin.arg and setting.origin.note.startswith("+") and setting.origin.key:
+        keys = tuple(setting.origin.key.split("."))
+        if any(base.hidden(keys[:i]).kind == ABSENT for i in range(1, len(keys) + 1)):
+            return "skipped"
+    return "ignored"
+
+
+def _canonical(tree: trees.Tree, request: Request, nested: bool, base: Base) -> CanonicalConfig:
     prof = profile(request.version)
     settings: dict[str, Setting] = {}
     unrecognised: list[Unrecognised] = []
     for name, node in tree.items():
         if name not in BRIDGE_SECTIONS:
             setting = node if isinstance(node, Setting) else _first_leaf(node)
-            unrecognised.append(Unrecognised("", name, setting, "ignored"))
+            unrecognised.append(Unrecognised("", name, setting, _dropped(setting, base)))
     for key, section in SECTIONS.items():
         node = tree.get(key)
         if isinstance(node, Setting):
@@ -96,10 +182,11 @@ def _canonical(tree: trees.Tree, request: Request, nested: bool) -> CanonicalCon
                 continue
             if isinstance(value, dict):  # a nested object that is not a config field
                 if prof.field(section, name) is None:
-                    unrecognised.append(Unrecognised(section, name, _first_leaf(value), "ignored"))
+                    leaf = _first_leaf(value)
+                    unrecognised.append(Unrecognised(section, name, leaf, _dropped(leaf, base)))
                 continue
             if prof.field(section, name) is None:
-                unrecognised.append(Unrecognised(section, name, value, "ignored"))
+                unrecognised.append(Unrecognised(section, name, value, _dropped(value, base)))
             else:
                 settings[f"{section}.{name}"] = value
     for (section, name), path in _RUN_KEYS.items():

@@ -1,12 +1,14 @@
 """Parse Hydra command-line overrides (``KEY=VALUE``) without importing Hydra.
 
 Megatron Bridge and NeMo-RL take overrides such as ``model.cpu_offloading=true``,
-``+optimizer.optimizer_offload_fraction=0.5`` or
+``++optimizer.optimizer_offload_fraction=0.5`` or
 ``'model.offload_modules=[core_attn,attn_proj]'`` and hand them to Hydra 1.3,
 which types each value from its lexer tokens (``true`` is a bool, ``1_000`` an
 int, ``1.5.2`` a string).  The checker must read them exactly as Hydra would,
 but may not depend on Hydra or OmegaConf, so this module re-implements the
 subset of the override language that sets one value.
+
+(Applying them, with Hydra's struct-mode rules, is :mod:`checks.loaders.apply`.)
 
 The rules come from hydra-core 1.3.8's ANTLR grammar:
 ``hydra/grammar/OverrideLexer.g4`` (tokens, lexer modes, longest-match with

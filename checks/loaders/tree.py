@@ -2,21 +2,18 @@
 
 Loaders read files into a :data:`Tree` in the input's own key spelling, merge
 files the way OmegaConf does (mappings merge key by key, anything else is
-replaced), apply ``--set`` overrides, and only then map keys to canonical
-megatron-core paths.
+replaced), apply ``--set`` overrides (:mod:`checks.loaders.apply`), and only
+then map keys to canonical megatron-core paths.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from checks.config import Origin, Setting
 from checks.errors import InputError
 from checks.yamlio import KeyPath, YamlDoc
-
-if TYPE_CHECKING:
-    from checks.loaders.overrides import Override
 
 Tree = dict[str, Any]  # values: Tree (a mapping) or Setting (a leaf)
 
@@ -55,14 +52,29 @@ def _decoded(decode: Decoder, item: Any) -> Any:
 
 
 def merge(base: Tree, top: Tree) -> Tree:
-    """OmegaConf.merge semantics: mappings merge recursively, leaves and lists replace."""
+    """OmegaConf.merge semantics: mappings merge recursively, values and lists replace, a ``???`` in ``top``
+    keeps what ``base`` has, and a list meeting a mapping is OmegaConf's "Cannot merge DictConfig with
+    ListConfig" (omegaconf 2.3 ``BaseContainer._map_merge`` / ``_merge_with``)."""
     out = dict(base)
     for name, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(name), dict):
-            out[name] = merge(out[name], value)
+        below = out.get(name)
+        if isinstance(value, dict) and isinstance(below, dict):
+            out[name] = merge(below, value)
+        elif (_is_list(value) and isinstance(below, dict)) or (isinstance(value, dict) and _is_list(below)):
+            where = value if isinstance(value, Setting) else next((s for _, s in leaves(value)), None)
+            origin = where.origin if where is not None else Origin()
+            raise InputError(origin.describe(), f"'{origin.key or name}' is a list in one file and a mapping in "
+                             "another; OmegaConf cannot merge them (\"Cannot merge DictConfig with ListConfig\"), "
+                             "so the framework fails loading the config")
+        elif isinstance(value, Setting) and value.value == "???" and name in out:
+            continue
         else:
             out[name] = value
     return out
+
+
+def _is_list(node: Any) -> bool:
+    return isinstance(node, Setting) and isinstance(node.value, list)
 
 
 def get(tree: Tree, keys: KeyPath) -> Any:
@@ -86,48 +98,6 @@ def leaves(tree: Tree, keys: KeyPath = ()) -> Iterator[tuple[KeyPath, Setting]]:
 def plain(tree: Tree) -> dict[str, Any]:
     """The tree as plain values (for OmegaConf interpolation)."""
     return {k: plain(v) if isinstance(v, dict) else v.value for k, v in tree.items()}
-
-
-def apply_override(tree: Tree, override: Override, origin: Origin) -> Tree:
-    """Return ``tree`` with one parsed Hydra override applied (the tree is not mutated)."""
-    keys = tuple(override.key.split("."))
-    if override.op == "delete":
-        return _deleted(tree, keys)
-    value: Any = override.value
-    new: Any = _subtree(value, origin) if isinstance(value, dict) else Setting(value, origin)
-    return _set(tree, keys, new, origin)
-
-
-def _subtree(value: dict[str, Any], origin: Origin) -> Tree:
-    return {str(k): _subtree(v, origin) if isinstance(v, dict) else Setting(v, origin) for k, v in value.items()}
-
-
-def _set(tree: Tree, keys: KeyPath, new: Any, origin: Origin) -> Tree:
-    out = dict(tree)
-    head, rest = keys[0], keys[1:]
-    if not rest:
-        if isinstance(new, dict) and isinstance(out.get(head), dict):
-            out[head] = merge(out[head], new)  # Hydra merges a dict value into a mapping
-        else:
-            out[head] = new
-        return out
-    child = out.get(head)
-    if isinstance(child, Setting) and child.value is not None:
-        raise InputError(origin.arg or "--set", f"{origin.note}: '{head}' is a value "
-                         f"({child.value!r}), not a mapping, so '{'.'.join(map(str, keys))}' cannot be set")
-    out[head] = _set(child if isinstance(child, dict) else {}, rest, new, origin)
-    return out
-
-
-def _deleted(tree: Tree, keys: KeyPath) -> Tree:
-    if keys[0] not in tree:
-        return tree
-    out = dict(tree)
-    if len(keys) == 1:
-        del out[keys[0]]
-    elif isinstance(out[keys[0]], dict):
-        out[keys[0]] = _deleted(out[keys[0]], keys[1:])
-    return out
 
 
 def apply_setting(tree: Tree, keys: KeyPath, setting: Setting) -> Tree:

@@ -27,6 +27,7 @@ class Example:
     version: str | None = None  # None: every version the rule applies to
     te: str | None = None  # --te-version for the example; None: unknown
     nemo_rl: str | None = None  # --nemo-rl-version; None: the default
+    overrides: tuple[str, ...] = ()  # --set KEY=VALUE, applied to the YAML
 
 
 @dataclass(frozen=True)

@@ -292,3 +292,14 @@ NRL_LEGACY_FRACTION = UpstreamCheck(
                   "0.5.0": "nemo_rl/models/policy/workers/megatron_policy_worker.py:722",
                   "0.6.0": "nemo_rl/models/megatron/setup.py:528",
                   "0.7.0": "nemo_rl/models/megatron/setup.py:890"})
+
+# --- Hydra command-line overrides (both frameworks: OmegaConf.set_struct(cfg, True), then hydra-core 1.3's
+# ConfigLoaderImpl._apply_overrides_to_config; anything it raises is wrapped as OverridesError) ---
+_APPLY_OVERRIDES = "ConfigLoaderImpl._apply_overrides_to_config(overrides=parsed, cfg=cfg)"
+BRIDGE_OVERRIDE_REFUSED = UpstreamCheck(
+    "megatron-bridge", "OverridesError", "Failed to parse Hydra overrides: {error}", STAGE_SETUP,
+    fixed="NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/utils/omegaconf_utils.py:183",
+    evidence=_APPLY_OVERRIDES)
+NRL_OVERRIDE_REFUSED = UpstreamCheck(
+    "nemo-rl", "OverridesError", "Failed to parse Hydra overrides: {error}", STAGE_SETUP,
+    fixed="NVIDIA-NeMo/RL@7ea279ab:nemo_rl/utils/config.py:189", evidence=_APPLY_OVERRIDES)
