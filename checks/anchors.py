@@ -23,6 +23,7 @@ class Upstream:
     project: str
     message: str | None  # exact text upstream prints; None for a bare assert
     anchor: str
+    stage: str = ""  # where the check runs (STAGE_*); not part of the JSON output
 
     def as_json(self) -> dict[str, Any]:
         return {"project": self.project, "message": self.message, "anchor": self.anchor}
@@ -76,4 +77,4 @@ class UpstreamCheck:
         if anchor is None:
             raise ValueError(f"{self.project} check has no anchor for {version}")
         message = self.message.format(**values) if self.message is not None else None
-        return Upstream(self.project, message, anchor)
+        return Upstream(self.project, message, anchor, self.stage)

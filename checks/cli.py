@@ -14,7 +14,13 @@ from checks.config import Environment
 from checks.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from checks.config import CanonicalConfig
     from checks.loaders.common import Request
+    from checks.plan.presets import Preset
+    from checks.plan.recommend import Budget
+    from checks.plan.render import Entry, Planned
     from checks.plan.setup import Job
 
 _EPILOG = """exit codes: 0 no error findings; 1 error findings (or warnings with --strict);
@@ -86,8 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="memory per GPU and per node, each offload mechanism's effect and cost, "
                           "and what to set", epilog=_PLAN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("files", nargs="*", metavar="FILE", help="a config, as for check (or use --preset)")
-    plan.add_argument("--preset", help="a model by name: " + ", ".join(_preset_names()) + "; with a config, "
-                      "the model when the config does not state its dimensions")
+    plan.add_argument("--preset", action="append", default=[], metavar="[TARGET=]NAME",
+                      help="a model by name: " + ", ".join(_preset_names()) + "; with a config, the model "
+                      "when the config does not state its dimensions (NAME: for the first trained model and "
+                      "those with its model_name; TARGET=NAME: for one NeMo-RL model, e.g. teacher=NAME)")
     plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     plan.add_argument("--argv", help="Megatron-LM flags as one string (as for check)")
     plan.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"))
@@ -329,13 +337,11 @@ def _lint(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from checks.context import Context
-    from checks.loaders import Request, load
+    from checks.loaders import load
     from checks.plan import render
-    from checks.plan.hardware import GB, HARDWARE, load_profile
-    from checks.plan.presets import PRESETS
-    from checks.plan.recommend import Budget, recommend
-    from checks.plan.setup import from_config, from_preset
+    from checks.plan.hardware import HARDWARE, load_profile
+    from checks.plan.recommend import Budget
+    from checks.plan.setup import from_preset
 
     if not (args.preset or args.files or args.argv or args.overrides):
         raise InputError("plan", "give a config (FILE, --set, --argv), --preset NAME, or both (the preset then "
@@ -353,29 +359,94 @@ def _plan(args: argparse.Namespace) -> int:
             raise InputError("--gpu-memory-gib", "must be positive")
         hardware = replace(hardware, gpu_memory_bytes=int(args.gpu_memory_gib * 2**30),
                            name=f"{hardware.name} with {args.gpu_memory_gib:g} GiB")
-    del GB
-    if args.preset and args.preset not in PRESETS:
-        raise InputError("--preset", f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
-    preset = PRESETS[args.preset] if args.preset else None
+    budget = Budget(hardware, args.headroom, mfu=args.mfu)
+    preset, per_target = _presets(args.preset)
     if not (args.files or args.argv or args.overrides):
-        assert preset is not None
-        job = from_preset(preset)
+        if preset is None:
+            raise InputError("--preset", "TARGET=NAME names a model of a config; give a config, or --preset NAME")
+        entries: list[Entry] = [_planned(_adjust(from_preset(preset), args), budget)]
     else:
-        version, env = environment(args)
-        configs = load(Request(tuple(args.files), tuple(args.overrides), args.argv, args.flavor, version, env))
-        found = from_config(Context(configs[0]), preset=preset)
-        if isinstance(found, str):
-            raise InputError(args.files[0] if args.files else "--argv", found)
-        job = found
-    job = _adjust(job, args)
-    try:
-        rec = recommend(job.training, Budget(hardware, args.headroom, mfu=args.mfu))
-    except ValueError as err:  # a layout the model cannot split (e.g. layers over pipeline stages)
-        raise InputError("plan", str(err)) from None
-    print(render.render_json(job, rec) if args.format == "json" else render.render_text(job, rec))
+        entries = _plan_models(load(request(args)), preset, per_target, args, budget)
+    print(render.render_json_all(entries) if args.format == "json" else render.render_text_all(entries))
     if args.plot:
-        render.plot(job, rec, args.plot)
-    return render.exit_code(job, rec)
+        render.plot_all(entries, args.plot)
+    return render.exit_code_all(entries)
+
+
+def _presets(given: Sequence[str]) -> tuple[Preset | None, dict[str, Preset]]:
+    """``--preset NAME`` and ``--preset TARGET=NAME`` (repeatable): the bare one, and one per model."""
+    from checks.plan.presets import PRESETS
+
+    bare: list[Preset] = []
+    per_target: dict[str, Preset] = {}
+    for text in given:
+        target, eq, name = text.rpartition("=")
+        if name not in PRESETS:
+            raise InputError("--preset", f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+        if not eq:
+            bare.append(PRESETS[name])
+        elif not target or target in per_target:
+            raise InputError("--preset", f"{text!r}: give each model once, as TARGET=NAME")
+        else:
+            per_target[target] = PRESETS[name]
+    if len(bare) > 1:
+        raise InputError("--preset", "give one --preset NAME; name the other models with --preset TARGET=NAME")
+    return (bare[0] if bare else None), per_target
+
+
+def _plan_models(configs: Sequence[CanonicalConfig], preset: Preset | None, per_target: Mapping[str, Preset],
+                 args: argparse.Namespace, budget: Budget) -> list[Entry]:
+    """A plan per model: trained ones in full, forward-only and unbuilt ones as a note. A trained model the
+    planner cannot size is an input error naming every such model, never a model left out."""
+    from checks.context import Context
+    from checks.plan.render import Unplanned
+    from checks.plan.setup import Job, from_config
+
+    where = args.files[0] if args.files else "--argv" if args.argv else "--set"
+    labels = [cfg.target for cfg in configs if cfg.target]
+    if unknown := sorted(set(per_target) - set(labels)):
+        raise InputError("--preset", f"no model {unknown[0]!r} in this config; its models: "
+                                     f"{', '.join(labels) or 'one, without a target'}")
+    contexts = [Context(cfg) for cfg in configs]
+    # A bare --preset is the first trained model, and every model with its model_name (PPO's value model usually
+    # shares the policy's); another checkpoint is another model, sized only by its own TARGET=NAME.
+    trained = [ctx for ctx in contexts if ctx.cfg.role == "train"]
+    first_name = trained[0].get("run.model_name") if trained else None
+    entries: list[Entry] = []
+    unsized: list[str] = []
+    for ctx in contexts:
+        target, role, name = ctx.cfg.target, ctx.cfg.role, ctx.get("run.model_name")
+        if role == "unused":
+            entries.append(Unplanned(target, "not_built", ctx.cfg.role_reason))
+            continue
+        chosen = per_target.get(target or "") or (preset if name is None or name == first_name else None)
+        found = from_config(ctx, preset=chosen)
+        if role == "inference":
+            why = "" if isinstance(found, Job) else found.split("; add --preset")[0] + f"; add --preset {target}=NAME"
+            entries.append(Unplanned(target, "inference_only", ctx.cfg.role_reason,
+                                     job=found if isinstance(found, Job) else None, unsized=why))
+        elif isinstance(found, str):
+            unsized.append(found if len(configs) == 1 else f"[{target}] {found.split('; add --preset')[0]}")
+        else:
+            entries.append(_planned(_adjust(found, args), budget))
+    if unsized:
+        from checks.plan.presets import PRESETS
+
+        more = "" if len(configs) == 1 else f"; add --preset NAME or TARGET=NAME (known: {', '.join(PRESETS)})"
+        raise InputError(where, "; ".join(unsized) + more)
+    if all(isinstance(entry, Unplanned) for entry in entries):
+        raise InputError(where, "nothing to plan: " + "; ".join(
+            f"[{e.target}] {e.reason}" for e in entries if isinstance(e, Unplanned)))
+    return entries
+
+
+def _planned(job: Job, budget: Budget) -> Planned:
+    from checks.plan.recommend import recommend
+
+    try:
+        return job, recommend(job.training, budget)
+    except ValueError as err:  # a layout the model cannot split (e.g. layers over pipeline stages)
+        raise InputError("plan", str(err) if job.target is None else f"[{job.target}] {err}") from None
 
 
 def _adjust(job: Job, args: argparse.Namespace) -> Job:
@@ -388,7 +459,8 @@ def _adjust(job: Job, args: argparse.Namespace) -> Job:
     if args.gpus:
         per_replica = t.par.tensor * t.par.pipeline * t.context_parallel
         if args.gpus % per_replica:
-            raise InputError("--gpus", f"{args.gpus} GPUs are not a multiple of TP x PP x CP = {per_replica}")
+            model = "" if job.target is None else f" ([{job.target}])"
+            raise InputError("--gpus", f"{args.gpus} GPUs are not a multiple of TP x PP x CP = {per_replica}{model}")
         data_parallel = args.gpus // per_replica
         notes = [n for n in notes if "data-parallel size" not in n]
     micro = args.micro_batch_size or t.micro_batch_size

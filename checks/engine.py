@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checks.anchors import Upstream
+from checks.anchors import STAGE_OPTIMIZER, Upstream
 from checks.config import CanonicalConfig, Origin
 from checks.context import Context
 from checks.rules import ALL_RULES
@@ -44,8 +44,21 @@ def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -
                 continue
             if any(path in ctx.invalid for path in rule.reads):
                 continue
-            findings.extend(_finding(rule, hit, ctx) for hit in rule.check(ctx))
+            findings.extend(_finding(rule, hit, ctx) for hit in rule.check(ctx) if _reached(rule, hit, cfg))
     return sorted(findings, key=_order)
+
+
+def _reached(rule: Rule, hit: Hit, cfg: CanonicalConfig) -> bool:
+    """Whether what the hit is about happens to this model.
+
+    A model the framework builds for forward passes only (NeMo-RL's teachers and generation model) never
+    builds its optimizer: checks the optimizer factory performs, and what the optimizer would do at run time,
+    do not concern it. Its optimizer settings are still validated (config classes, the framework's set-up),
+    so those findings stay, and the loader says the offload itself does nothing (CFG005).
+    """
+    if cfg.role != "inference" or not rule.id.startswith("OPT"):
+        return True
+    return hit.upstream is not None and hit.upstream.stage != STAGE_OPTIMIZER
 
 
 def _finding(rule: Rule, hit: Hit, ctx: Context) -> Finding:

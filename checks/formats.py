@@ -65,11 +65,11 @@ def is_bridge_doc(data: Mapping[str, Any]) -> bool:
 
 
 def is_nemo_rl_doc(data: Mapping[str, Any]) -> bool:
-    """A NeMo-RL config: a Megatron policy or value model, or a child config with `defaults:`."""
+    """A NeMo-RL config: a Megatron policy, value or teacher model, or a child config with `defaults:`."""
     if "defaults" in data:
         return True
     return any(isinstance(data.get(t), dict) and isinstance(data[t].get("megatron_cfg"), dict)
-               for t in ("policy", "value"))
+               for t in ("policy", "value", "teacher"))
 
 
 def is_megatron_lm_doc(data: Mapping[str, Any]) -> bool:

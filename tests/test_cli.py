@@ -122,7 +122,7 @@ def test_version_comes_from_the_frameworks_pin(capsys: pytest.CaptureFixture[str
     assert "\n0 errors, 0 warnings, 1 info (bridge, megatron-core main@2a75ac12 (pinned by Megatron Bridge main))\n" \
         in out
     nemo_rl = str(EXAMPLES / "nemo-rl/grpo_offload.yaml")
-    code, out, _ = run(capsys, "check", nemo_rl, "--format", "json")
+    _, out, _ = run(capsys, "check", nemo_rl, "--format", "json")
     document = json.loads(out)
     assert (document["mcore_version"], document["assumptions"]["mcore_version_source"]) == \
         ("main@14346b65", "pinned by NeMo-RL main")

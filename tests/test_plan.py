@@ -184,8 +184,9 @@ def test_plan_preset_text_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> 
 def test_plan_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--preset", "qwen3-30b-a3b", "--gpus", "16", "--format", "json")
     document = json.loads(out)
-    assert set(document) == {"status", "source", "hardware", "training", "budget", "as_configured", "options",
-                             "recommendation", "verdict", "assumptions"}
+    assert set(document) == {"target", "status", "source", "hardware", "training", "budget", "as_configured",
+                             "options", "recommendation", "verdict", "assumptions"}
+    assert document["target"] is None  # a preset (or a Bridge / Megatron-LM config) is one unlabelled model
     assert document["status"] in ("fits", "fits_with_change", "does_not_fit")
     assert (code == 0) == (document["status"] == "fits")
     stage = document["as_configured"]["stages"][0]

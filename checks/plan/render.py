@@ -1,9 +1,15 @@
-"""The plan as text or JSON; and, with matplotlib installed, peak memory against the offload fraction."""
+"""The plan as text or JSON; and, with matplotlib installed, peak memory against the offload fraction.
+
+A config with several Megatron models (NeMo-RL's policy, value model, teachers) gives one entry per model:
+a :data:`Planned` job for a model that trains, an :class:`Unplanned` note for one the planner does not
+plan (it runs forward passes only, or NeMo-RL never builds it).
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from checks.errors import InputError
@@ -12,6 +18,25 @@ from checks.plan.recommend import FRACTIONS, Option, Recommendation, host_per_no
 from checks.plan.setup import Job
 
 GIB = 2**30
+_SHARED_GPUS = ("each model is planned on its own GPUs; in a colocated NeMo-RL run the models take turns, "
+                "and NeMo-RL moves the idle ones' weights and optimizer state to host memory, which this plan "
+                "does not count")
+
+
+@dataclass(frozen=True)
+class Unplanned:
+    """A model shown but not planned: ``inference_only`` (no gradients, optimizer state or activations kept
+    for backward, which the training-step model would count) or ``not_built`` (NeMo-RL never builds it)."""
+
+    target: str | None
+    status: str  # "inference_only" | "not_built"
+    reason: str
+    job: Job | None = None  # an inference-only model whose size is known: its weights are shown
+    unsized: str = ""  # an inference-only model whose size is not: why, and how to give it
+
+
+Planned = tuple[Job, Recommendation]
+Entry = Planned | Unplanned
 
 
 def _gib(n: float) -> str:
@@ -44,7 +69,8 @@ def render_text(job: Job, rec: Recommendation) -> str:
     t, hw, budget = job.training, rec.budget.hardware, rec.budget
     p = t.par
     lines = [
-        f"plan: {job.source} on {hw.name} ({'measured profile' if hw.measured else 'vendor specification'})",
+        f"plan{_label(job.target)}: {job.source} on {hw.name} "
+        f"({'measured profile' if hw.measured else 'vendor specification'})",
         f"  TP{p.tensor} PP{p.pipeline}{f' VPP{p.virtual_pipeline}' if p.virtual_pipeline > 1 else ''} "
         f"EP{p.expert} CP{t.context_parallel} DP{t.data_parallel} ({t.world_size} GPUs), sequence "
         f"{t.seq_length} x micro-batch {t.micro_batch_size}, micro-batches per step: {t.num_microbatches}",
@@ -93,9 +119,14 @@ def _stage_json(s: StageMemory) -> dict[str, Any]:
 
 
 def render_json(job: Job, rec: Recommendation) -> str:
+    return json.dumps(_document(job, rec), indent=2)
+
+
+def _document(job: Job, rec: Recommendation) -> dict[str, Any]:
     configured = as_configured(job)
     t = job.training
-    document = {
+    return {
+        "target": job.target,
         "status": status(job, rec),
         "source": job.source,
         "hardware": {**asdict(rec.budget.hardware)},
@@ -115,10 +146,99 @@ def render_json(job: Job, rec: Recommendation) -> str:
         "verdict": rec.verdict,
         "assumptions": _assumptions(job, rec),
     }
-    return json.dumps(document, indent=2)
+
+
+def _label(target: str | None) -> str:
+    return f" [{target}]" if target else ""
+
+
+def weights_bytes(job: Job) -> int:
+    """The weights on the most loaded GPU, what an inference-only model holds for certain."""
+    return max(s.weights_bytes for s in plan_memory(job.training, job.offload))
+
+
+def _unplanned_text(entry: Unplanned) -> list[str]:
+    what = "not planned" if entry.status == "inference_only" else "not built"
+    lines = [f"{what}{_label(entry.target)}: {entry.reason}"]
+    if entry.job is not None:
+        p, t = entry.job.training.par, entry.job.training
+        lines.append(f"  weights {_gib(weights_bytes(entry.job))} per GPU (TP{p.tensor} PP{p.pipeline} "
+                     f"EP{p.expert} CP{t.context_parallel}, {entry.job.source}); activations of its forward "
+                     "passes are not estimated")
+    elif entry.unsized:
+        lines.append(f"  size unknown: {entry.unsized}")
+    return lines
+
+
+def _unplanned_json(entry: Unplanned) -> dict[str, Any]:
+    job = entry.job
+    return {"target": entry.target, "status": entry.status, "reason": entry.reason,
+            "source": job.source if job else None,
+            "weights_bytes_per_gpu": weights_bytes(job) if job else None,
+            "unsized": entry.unsized or None}
+
+
+def overall(entries: Sequence[Entry]) -> str:
+    """``fits`` when every planned model fits, ``does_not_fit`` when one fits in no way, else ``fits_with_change``."""
+    found = [status(*e) for e in entries if not isinstance(e, Unplanned)]
+    if all(f == "fits" for f in found):
+        return "fits"
+    return "does_not_fit" if "does_not_fit" in found else "fits_with_change"
+
+
+def exit_code_all(entries: Sequence[Entry]) -> int:
+    """0: every planned model fits as configured; 1: one does not."""
+    return 0 if overall(entries) == "fits" else 1
+
+
+def _single(entries: Sequence[Entry]) -> Planned | None:
+    """The one planned job of a one-model input, rendered in the single-model shape."""
+    if len(entries) == 1 and not isinstance(entries[0], Unplanned):
+        return entries[0]
+    return None
+
+
+def render_text_all(entries: Sequence[Entry]) -> str:
+    if (one := _single(entries)) is not None:
+        return render_text(*one)
+    blocks = []
+    for entry in entries:
+        if isinstance(entry, Unplanned):
+            blocks.append("\n".join(_unplanned_text(entry)))
+        else:
+            blocks.append(render_text(*entry).replace("\nassumptions:\n", f"\nassumptions:\n  - {_SHARED_GPUS}\n"))
+    verdicts = [f"{e.target}: {e.status.replace('_', ' ')}" if isinstance(e, Unplanned)
+                else f"{e[0].target}: {status(*e).replace('_', ' ')}" for e in entries]
+    blocks.append(f"models: {'; '.join(verdicts)} (overall: {overall(entries).replace('_', ' ')})")
+    return "\n\n".join(blocks)
+
+
+def render_json_all(entries: Sequence[Entry]) -> str:
+    """One model: the single-model document. Several: ``{"status", "models": [...]}``, one document each."""
+    if (one := _single(entries)) is not None:
+        return render_json(*one)
+    models = []
+    for entry in entries:
+        if isinstance(entry, Unplanned):
+            models.append(_unplanned_json(entry))
+        else:
+            document = _document(*entry)
+            document["assumptions"] = [_SHARED_GPUS, *document["assumptions"]]
+            models.append(document)
+    return json.dumps({"status": overall(entries), "models": models}, indent=2)
+
+
+def plot_all(entries: Sequence[Entry], path: str) -> None:
+    """One curve per planned model, on one figure (the budget is the same for all)."""
+    planned = [e for e in entries if not isinstance(e, Unplanned)]
+    _plot(planned, path)
 
 
 def plot(job: Job, rec: Recommendation, path: str) -> None:
+    _plot([(job, rec)], path)
+
+
+def _plot(planned: Sequence[Planned], path: str) -> None:
     """Peak device memory against ``optimizer_offload_fraction``, with the budget (needs matplotlib)."""
     try:
         import matplotlib  # type: ignore[import-not-found]
@@ -128,13 +248,15 @@ def plot(job: Job, rec: Recommendation, path: str) -> None:
     except ImportError:
         raise InputError("--plot", "needs matplotlib: pip install matplotlib") from None
     fractions = (0.0, *FRACTIONS)
-    peaks = [peak(plan_memory(job.training, Offload(optimizer_offload_fraction=f))) / GIB for f in fractions]
     figure, axis = plt.subplots(figsize=(6, 4))
-    axis.plot(fractions, peaks, marker="o", label="peak memory per GPU")
-    axis.axhline(rec.budget.device_bytes / GIB, color="red", linestyle="--", label="budget")
+    for job, _ in planned:
+        peaks = [peak(plan_memory(job.training, Offload(optimizer_offload_fraction=f))) / GIB for f in fractions]
+        axis.plot(fractions, peaks, marker="o", label=f"peak memory per GPU{_label(job.target)}")
+    axis.axhline(planned[0][1].budget.device_bytes / GIB, color="red", linestyle="--", label="budget")
     axis.set_xlabel("optimizer_offload_fraction")
     axis.set_ylabel("GiB")
-    axis.set_title(job.source)
+    axis.set_title(planned[0][0].source if len(planned) == 1 else "; ".join(
+        f"{job.target}: {job.source}" for job, _ in planned))
     axis.legend()
     figure.tight_layout()
     try:

@@ -1,9 +1,10 @@
 """A training job for the planner, from a config (in any format the checker reads) or a preset.
 
 The model comes from the config's dimensions (``checks/model/shape.py``) or, for NeMo-RL, from the
-preset matching ``policy.model_name``; training dimensions and the current offload settings come from
+preset matching the model's ``model_name``; training dimensions and the current offload settings come from
 the same canonical config the rules read. What no config states (how many GPUs, hence the
-data-parallel size) is an option.
+data-parallel size) is an option. A NeMo-RL config gives one canonical config per Megatron model; each is
+its own job, labelled with its ``target``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Job:
     offload: Offload  # what the config already asks for
     source: str  # "preset llama3-8b", "config", "config (model from preset qwen3-30b-a3b)"
     assumptions: tuple[str, ...] = ()
+    target: str | None = None  # the NeMo-RL model it is ("policy", "value", "teacher", ...), else None
 
 
 def default_data_parallel(par: Parallelism, cp: int = 1) -> int:
@@ -52,20 +54,32 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
     """The job a canonical config describes, or why the planner cannot size it.
 
     Without the model's dimensions in the config, the model comes from ``preset``, or from the preset
-    matching NeMo-RL's ``policy.model_name``.
+    matching NeMo-RL's ``model_name`` for this model.
     """
     found = shape_from(ctx)
-    notes: list[str] = []
-    source = "config"
     if isinstance(found, ShapeUnknown):
         preset = preset or preset_for_model_name(str(ctx.get("run.model_name") or ""))
         if preset is None:
-            why = found.describe()
-            if ctx.flavor == "nemo-rl":
-                name = ctx.get("run.model_name")
-                why = (f"NeMo-RL takes them from the Hugging Face checkpoint "
-                       f"({name or 'policy.model_name is not set'}), which is not one of the presets")
-            return f"the planner needs the model's dimensions: {why}; add --preset NAME (known: {', '.join(PRESETS)})"
+            return f"the planner needs the model's dimensions: {unsized(ctx, found)}; add --preset NAME " \
+                   f"(known: {', '.join(PRESETS)})"
+    return _job(ctx, found, data_parallel, preset)
+
+
+def unsized(ctx: Context, found: ShapeUnknown) -> str:
+    """Why the config does not say how big the model is."""
+    if ctx.flavor != "nemo-rl":
+        return found.describe()
+    name = ctx.setting("run.model_name")
+    said = f"{name.origin.key or 'model_name'} = {name.value}" if name is not None else "no model_name is set"
+    return f"NeMo-RL takes them from the Hugging Face checkpoint ({said}), which is not one of the presets"
+
+
+def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | ShapeUnknown, data_parallel: int | None,
+         preset: Preset | None) -> Job:
+    notes: list[str] = []
+    source = "config"
+    if isinstance(found, ShapeUnknown):
+        assert preset is not None
         shape: ModelShape = preset.shape
         # Sizes the config leaves unsaid come from the preset's layout, not from 1: `--preset X --set KEY=V`
         # should plan the preset's job with one change, not a different job.
@@ -115,7 +129,12 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
     if ctx.get("model.fp8") or ctx.get("model.fp4"):
         notes.append("fp8/fp4 activations are counted at bf16 size: the quantized copies Transformer Engine "
                      "saves are not modelled")
-    return Job(training, _offload(ctx), source, tuple(notes))
+    if ctx.flavor == "nemo-rl" and ctx.cfg.target == "value":
+        # megatron_value_worker.py:374-386 replaces the output layer with a hidden -> 1 head before DDP wrapping.
+        notes.append("the value model is counted with a language-model output layer and logits; NeMo-RL gives it a "
+                     "hidden -> 1 value head instead (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/value/workers/"
+                     "megatron_value_worker.py:374-386), so its weights and last-stage activations come out high")
+    return Job(training, _offload(ctx), source, tuple(notes), ctx.cfg.target)
 
 
 _LAYOUT = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
