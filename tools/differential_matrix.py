@@ -11,16 +11,22 @@ pytest, hypothesis, pyyaml, jsonschema, omegaconf, typing_extensions):
 
     for v in 0.14.0 0.15.3 0.16.1 0.17.1 0.18.2 0.19.2; do
         pip install --no-deps --ignore-requires-python --target /tmp/mc/$v megatron-core==$v; done
-    git -C /path/to/Megatron-LM archive d98e8a64 megatron/core | tar -x -C /tmp/mc/main
+    for c in 14346b65 2a75ac12 d98e8a64; do mkdir -p /tmp/mc/src-$c && \
+        git -C /path/to/Megatron-LM archive $c megatron/core | tar -x -C /tmp/mc/src-$c; done
+    ln -s /tmp/mc/src-d98e8a64 /tmp/mc/main; ln -s /tmp/mc/src-14346b65 /tmp/mc/pin-14346b65
+    ln -s /tmp/mc/src-2a75ac12 /tmp/mc/pin-2a75ac12
     # and a regular install on the Python megatron-core 0.17+ declares (torch 2.13.0 resolves to its CUDA
     # build there, which runs on CPU):
     python3.12 -m venv /tmp/py312 && /tmp/py312/bin/pip install torch==2.13.0 megatron-core==0.19.2 \\
         pytest hypothesis pyyaml jsonschema omegaconf numpy
     python tools/differential_matrix.py --python /tmp/flagenv/bin/python \\
         0.14.0=/tmp/mc/0.14.0 0.15.3=/tmp/mc/0.15.3 0.16.1=/tmp/mc/0.16.1 0.17.1=/tmp/mc/0.17.1 \\
-        0.18.2=/tmp/mc/0.18.2 0.19.2=/tmp/mc/0.19.2 0.19.2=@/tmp/py312/bin/python main=/tmp/mc/shim:/tmp/mc/main
-    # /tmp/mc/shim holds a sitecustomize.py that adds typing.override (Python 3.12) for main;
-    # "LABEL=@PYTHON" runs another interpreter with the megatron-core installed in it.
+        0.18.2=/tmp/mc/0.18.2 0.19.2=/tmp/mc/0.19.2 0.19.2=@/tmp/py312/bin/python \
+        main@14346b65=/tmp/mc/shim:/tmp/mc/pin-14346b65 main@2a75ac12=/tmp/mc/shim:/tmp/mc/pin-2a75ac12 \
+        main=/tmp/mc/shim:/tmp/mc/main
+    # /tmp/mc/shim holds a sitecustomize.py that adds typing.override (Python 3.12) for the main-branch trees;
+    # "LABEL=@PYTHON" runs another interpreter with the megatron-core installed in it. A path holds no "@"
+    # (it separates the interpreter).
 """
 
 from __future__ import annotations

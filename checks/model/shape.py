@@ -128,17 +128,20 @@ class ShapeUnknown:
 
     missing: tuple[str, ...] = ()
     unmodelled: str | None = None
+    checkpoint: str | None = None  # the key naming the checkpoint the dimensions come from
 
     def describe(self) -> str:
         if self.unmodelled is not None:
             return f"the model uses {self.unmodelled}, which the parameter model does not cover"
+        if self.checkpoint is not None:
+            return f"the model's dimensions come from the Hugging Face checkpoint `{self.checkpoint}` names"
         return "the config does not state " + ", ".join(f"`{m}`" for m in self.missing)
 
 
 def shape_from(ctx: Context) -> tuple[ModelShape, Parallelism] | ShapeUnknown:
     """The model's shape and layout from a canonical config, or why they cannot be known."""
     if ctx.flavor == "nemo-rl":
-        return ShapeUnknown(("policy.model_name dimensions (NeMo-RL reads them from the Hugging Face checkpoint)",))
+        return ShapeUnknown(checkpoint=f"{ctx.cfg.target or 'policy'}.model_name")
     unmodelled = _unmodelled(ctx)
     if unmodelled is not None:
         return ShapeUnknown(unmodelled=unmodelled)
