@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from checks.config import Origin, Setting
-from checks.loaders.tree import Tree
+from checks.loaders.tree import Tree, from_plain
 from checks.yamlio import KeyPath
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class _Seq:
 
     def __init__(self, setting: Setting) -> None:
         self.original = setting
-        self.items: list[Any] = [_node(item, setting.origin, ()) for item in setting.value]
+        self.items: list[Any] = [from_plain(item, setting.origin, ()) for item in setting.value]
         self.origin: Origin | None = None  # set when an override changed it
 
 
@@ -173,13 +173,6 @@ class _Plain:
 
     def __init__(self, value: Any) -> None:
         self.value = value
-
-
-def _node(value: Any, origin: Origin, path: KeyPath) -> Any:
-    """A plain value as a tree node: mappings become subtrees whose leaves name their own key."""
-    if isinstance(value, dict):
-        return {str(k): _node(v, origin, path + (str(k),)) for k, v in value.items()}
-    return Setting(value, replace(origin, key=".".join(path)) if path and origin.key else origin)
 
 
 def _unpacked(node: Any) -> Any:
@@ -520,7 +513,7 @@ class _Run:
         if isinstance(child, Setting) and isinstance(child.value, list):
             child = _Seq(child)
         elif isinstance(child, Setting) and isinstance(child.value, dict):
-            child = _node(child.value, child.origin, ())
+            child = from_plain(child.value, child.origin, ())
         elif isinstance(child, dict) and id(child) not in self._mine:
             child = copy.copy(child)
         else:
@@ -589,7 +582,7 @@ class _Run:
             if isinstance(value, (dict, list)) and _is_container(root.items[index]):
                 self._merge(root, index, value, struct=struct, path=here, based=False)
             else:
-                self._put(root, index, _node(value, self.origin, here))
+                self._put(root, index, from_plain(value, self.origin, here))
             return
         child = self._child(root, path, last, based)
         if isinstance(value, (dict, list)):
@@ -599,7 +592,7 @@ class _Run:
                     self._put(root, last, {})
                     self._merge(root, last, value, struct=False, path=here, based=based)
                 else:
-                    self._put(root, last, _node(value, self.origin, here))
+                    self._put(root, last, from_plain(value, self.origin, here))
                 return
             if _is_container(child):
                 self._merge(root, last, value, struct=struct, path=here, based=based)
@@ -608,7 +601,7 @@ class _Run:
             self._unknown(child.reason or f"the checker cannot see whether the config has '{_dotted(here)}'")
         elif struct and not _exists(child):
             raise _Struct()
-        self._put(root, last, _node(value, self.origin, here), cut=here)
+        self._put(root, last, from_plain(value, self.origin, here), cut=here)
 
     def _merge(self, parent: Any, key: Any, value: dict[Any, Any] | list[Any], *, struct: bool, path: KeyPath,
                based: bool) -> None:
@@ -639,13 +632,13 @@ class _Run:
                     self._put(target, name, {})
                     self._merge(target, name, item, struct=False, path=here, based=based)
                 else:
-                    self._put(target, name, _node(item, self.origin, here))
+                    self._put(target, name, from_plain(item, self.origin, here))
                 continue
             if not _exists(current):
                 if struct:
                     raise _Struct()
-                self._put(target, name, _node(item, self.origin, here), cut=here)
+                self._put(target, name, from_plain(item, self.origin, here), cut=here)
             elif _is_container(current) and isinstance(item, (dict, list)):
                 self._merge(target, name, item, struct=struct, path=here, based=based)
             elif not _is_missing(item):  # a ??? in the value keeps what is there
-                self._put(target, name, _node(item, self.origin, here), cut=here)
+                self._put(target, name, from_plain(item, self.origin, here), cut=here)

@@ -106,7 +106,7 @@ def _written_back(applied: Applied, dump: trees.Tree | None, overrides: tuple[st
             continue
         before = trees.get(dump, keys) if dump is not None else None
         if before is not None:
-            tree = _put(tree, keys, before)
+            tree = trees.put(tree, keys, before)
             kept = f"the dump's value, which the checker keeps ({_shown(before)})"
         elif dump is not None:
             kept = "its value from before the overrides, which the dump leaves out (the checker reads it as unset)"
@@ -131,16 +131,6 @@ def _is_dataclass_field(keys: KeyPath) -> bool:
     if kind == "map":  # env_vars is a plain dict: it is set back whole, without a deleted entry
         return len(keys) == 1
     return len(keys) <= 2 or (keys[:2] == ("model", "transformer") and len(keys) == 3)
-
-
-def _put(tree: trees.Tree, keys: KeyPath, node: object) -> trees.Tree:
-    out = dict(tree)
-    if len(keys) == 1:
-        out[keys[0]] = node
-    else:
-        below = out.get(keys[0])
-        out[keys[0]] = _put(below if isinstance(below, dict) else {}, keys[1:], node)
-    return out
 
 
 def _shown(node: object) -> str:

@@ -73,5 +73,5 @@ def resolve(tree: trees.Tree, wanted: Iterable[KeyPath]) -> trees.Tree:
             raise InputError(setting.origin.describe(), f"cannot resolve {setting.origin.key} = "
                              f"{setting.value!r}: {message}") from None
         origin = replace(setting.origin, note=f"interpolated from {setting.value}")
-        tree = trees.apply_setting(tree, keys, Setting(value, origin))
+        tree = trees.put(tree, keys, Setting(value, origin))
     return tree

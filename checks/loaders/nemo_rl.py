@@ -319,24 +319,15 @@ def _xtoken_teachers(tree: trees.Tree) -> list[_Model]:
     for index, item in enumerate(node.value):
         if isinstance(item, dict) and isinstance(item.get("megatron_cfg"), dict):
             base = f"teachers.{index}.megatron_cfg"
+            mc = trees.from_plain(item["megatron_cfg"], node.origin, ("teachers", str(index), "megatron_cfg"))
             models.append(_Model(
-                f"teachers.{index}", "unbuilt", _from_plain(item["megatron_cfg"], node.origin, base), base,
+                f"teachers.{index}", "unbuilt", mc, base,
                 trains=False, own=(f"teachers.{index}.",),
                 unused=("cross-tokenizer distillation runs every teacher on DTensor: it asserts teachers[i]."
                         f"dtensor_cfg.enabled ({RL}nemo_rl/algorithms/xtoken_off_policy_distillation.py:254-258), "
                         f"and NeMo-RL refuses Megatron and DTensor together ({RL}nemo_rl/models/policy/"
                         "lm_policy.py:121-125)")))
     return models
-
-
-def _from_plain(data: Mapping[str, Any], origin: Origin, prefix: str) -> trees.Tree:
-    """A tree for values inside a YAML list (their lines are the list's)."""
-    out: trees.Tree = {}
-    for key, value in data.items():
-        where = f"{prefix}.{key}"
-        out[str(key)] = _from_plain(value, origin, where) if isinstance(value, dict) else \
-            Setting(value, Origin(origin.file, origin.line, origin.arg, where))
-    return out
 
 
 def _elsewhere(tree: trees.Tree, keys: tuple[str, ...]) -> Iterator[_Model]:

@@ -9,6 +9,7 @@ then map keys to canonical megatron-core paths.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from checks.config import Origin, Setting
@@ -100,11 +101,19 @@ def plain(tree: Tree) -> dict[str, Any]:
     return {k: plain(v) if isinstance(v, dict) else v.value for k, v in tree.items()}
 
 
-def apply_setting(tree: Tree, keys: KeyPath, setting: Setting) -> Tree:
-    """Return ``tree`` with the leaf at ``keys`` replaced by ``setting``."""
+def put(tree: Tree, keys: KeyPath, node: Any) -> Tree:
+    """Return ``tree`` with ``node`` (a Setting or a subtree) at ``keys``; missing or leaf parents become mappings."""
     out = dict(tree)
     if len(keys) == 1:
-        out[keys[0]] = setting
+        out[keys[0]] = node
     else:
-        out[keys[0]] = apply_setting(out[keys[0]], keys[1:], setting)
+        below = out.get(keys[0])
+        out[keys[0]] = put(below if isinstance(below, dict) else {}, keys[1:], node)
     return out
+
+
+def from_plain(value: Any, origin: Origin, path: KeyPath) -> Any:
+    """A plain value as a tree node: mappings become subtrees whose leaves name their own key."""
+    if isinstance(value, dict):
+        return {str(k): from_plain(v, origin, path + (str(k),)) for k, v in value.items()}
+    return Setting(value, replace(origin, key=".".join(map(str, path))) if path and origin.key else origin)
