@@ -55,7 +55,7 @@ def run_example(rule: Rule, example: Example) -> list[Finding]:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(example.text)
         findings = run(load(Request(files=(path,), overrides=example.overrides, flavor=example.flavor,
-                                    version=version, environment=env)))
+                                    version=version, environment=env, assume_defaults=example.complete)))
     return [_relabel(f) for f in findings]
 
 

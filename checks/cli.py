@@ -50,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="a Hydra override applied after the files (repeatable; + and ++ prefixes as in Hydra)")
     check.add_argument("--argv", help="Megatron-LM flags as one string, appended after any script; write "
                                       "--argv=\"--flag ...\" so the flags are not read as the checker's own")
+    _launch_options(check)
     check.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"),
                        help="input format (default: detect)")
     check.add_argument("--mcore-version", default=None, metavar="VERSION",
@@ -98,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
                       "those with its model_name; TARGET=NAME: for one NeMo-RL model, e.g. teacher=NAME)")
     plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     plan.add_argument("--argv", help="Megatron-LM flags as one string (as for check)")
+    _launch_options(plan)
     plan.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"))
     plan.add_argument("--mcore-version", default=None, metavar="VERSION")
     plan.add_argument("--nemo-rl-version", default=None, metavar="VERSION")
@@ -127,6 +129,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _launch_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--command", dest="command_line", metavar="COMMAND",
+                        help="a launch command as typed, e.g. \"torchrun ... run_recipe.py --recipe NAME KEY=VALUE\" "
+                             "(or give the command after --); a FILE ending in .sh is read the same way")
+    parser.add_argument("--recipe", help="the Megatron Bridge recipe the config or overrides go with (the "
+                                         "function name run_recipe.py --recipe takes)")
+    parser.add_argument("--cwd", metavar="DIR", help="the directory the launch runs in, where its relative "
+                                                     "--config path is (default: the script's cd, else here)")
+    parser.add_argument("--assume-defaults", action="store_true",
+                        help="read what no input states as its dataclass default (a Bridge override file built "
+                             "without a recipe); by default such values are unknown and the rules that need them "
+                             "say so (CFG010)")
+
+
 _PLAN_EPILOG = """exit codes: 0 the job fits as configured; 1 it does not (the recommendation says what
 would); 2 usage error or unreadable input.
 Figures are estimates from the model in checks/plan/ (see reference/memory-model.md)."""
@@ -154,8 +170,25 @@ def _hardware_names() -> list[str]:
     return list(HARDWARE)
 
 
+def _split_command(argv: Sequence[str]) -> tuple[list[str], str | None]:
+    """``check [options] -- torchrun ...``: the words after the first bare ``--`` are a launch command."""
+    import shlex
+
+    words = list(argv)
+    if len(words) > 1 and words[0] in ("check", "plan") and "--" in words:
+        cut = words.index("--")
+        return words[:cut], shlex.join(words[cut + 1:])
+    return words, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    words, command = _split_command(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(words)
+    if command is not None:
+        if args.command_line is not None:
+            print("error: python -m checks: give the launch command once: --command or after --", file=sys.stderr)
+            return 2
+        args.command_line = command
     try:
         if args.command == "check":
             return _check(args)
@@ -198,8 +231,11 @@ def request(args: argparse.Namespace) -> Request:
     argv = args.argv
     if isinstance(argv, list):  # argparse turns "--argv=--" into [] (it drops the "--" separator)
         argv = " ".join(argv) or "--"
-    found = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version, env)
-    if env.mcore_source != "default" or not (found.files or found.overrides or found.argv is not None):
+    found = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version, env,
+                    command=args.command_line, cwd=args.cwd, recipe=args.recipe,
+                    assume_defaults=args.assume_defaults)
+    if env.mcore_source != "default" or not (found.files or found.overrides or found.argv is not None
+                                             or found.command is not None):
         return found
     if found.flavor == "auto":  # told once, so that load() does not read the input again
         found = replace(found, flavor=detect_flavor(found))
@@ -343,7 +379,7 @@ def _plan(args: argparse.Namespace) -> int:
     from checks.plan.recommend import Budget
     from checks.plan.setup import from_preset
 
-    if not (args.preset or args.files or args.argv or args.overrides):
+    if not (args.preset or args.files or args.argv or args.overrides or args.command_line):
         raise InputError("plan", "give a config (FILE, --set, --argv), --preset NAME, or both (the preset then "
                                  "supplies the model when the config does not state its dimensions)")
     if not 0 <= args.headroom < 1 or not 0 < args.mfu <= 1:
@@ -361,7 +397,7 @@ def _plan(args: argparse.Namespace) -> int:
                            name=f"{hardware.name} with {args.gpu_memory_gib:g} GiB")
     budget = Budget(hardware, args.headroom, mfu=args.mfu)
     preset, per_target = _presets(args.preset)
-    if not (args.files or args.argv or args.overrides):
+    if not (args.files or args.argv or args.overrides or args.command_line):
         if preset is None:
             raise InputError("--preset", "TARGET=NAME names a model of a config; give a config, or --preset NAME")
         entries: list[Entry] = [_planned(_adjust(from_preset(preset), args), budget)]

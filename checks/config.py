@@ -82,6 +82,14 @@ class OverrideNote:
 
 
 @dataclass(frozen=True)
+class Unknown:
+    """A value the job has that none of the inputs state."""
+
+    reason: str  # what holds it: "the recipe sets it in a way the catalogue could not evaluate (file:line)"
+    supply: str  # how to state it: "--recipe NAME", "--set model.num_layers=N"
+
+
+@dataclass(frozen=True)
 class Duplicate:
     """A key the input gives twice in one mapping (a functional-test YAML's MODEL_ARGS, which yq reads)."""
 
@@ -148,10 +156,21 @@ class CanonicalConfig:
     duplicates: tuple[Duplicate, ...] = ()  # keys given twice; the later one decides
     refused_overrides: tuple[OverrideNote, ...] = ()  # refused at start-up; the settings are without them
     unverified_overrides: tuple[OverrideNote, ...] = ()  # applied, but their outcome depends on what is not given
+    # Values the job has but no input states: a path, or a section's "model.*" for every field of it the
+    # settings leave out -> why it is unknown and how to supply it. A rule that reads one cannot decide.
+    unknown: Mapping[str, Unknown] = field(default_factory=dict)
+    launch: str | None = None  # the launch command this config is read from ("train.sh:12"), if any
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+        object.__setattr__(self, "unknown", MappingProxyType(dict(self.unknown)))
+
+    def unknown_at(self, path: str) -> Unknown | None:
+        """Why ``path`` is unknown, when the settings leave it out and no input states it."""
+        if path in self.settings:
+            return None
+        return self.unknown.get(path) or self.unknown.get(f"{split_path(path)[0]}.*")
 
 
 def split_path(path: str) -> tuple[str, str]:

@@ -18,6 +18,9 @@ class Context:
         self.profile: Profile = profile(cfg.version)
         self.values: dict[str, Any] = {}
         self.invalid: dict[str, str] = {}  # path -> what is wrong with its type
+        self.unknown_reads: set[str] = set()  # unknown paths read since the engine last cleared it
+        self.undecided: dict[str, list[str]] = {}  # unknown path -> rules that read it and so could not decide
+        self.stand_in: dict[str, Any] = {}  # the engine's trial values for unknown paths
         for path, setting in cfg.settings.items():
             section, name = split_path(path)
             spec = self.profile.field(section, name) if section != "env" else None
@@ -48,8 +51,11 @@ class Context:
         return path in self.cfg.settings
 
     def known(self, path: str) -> bool:
-        """False for a model-shape field the input leaves out (the recipe or checkpoint holds it)."""
-        return self.is_set(path) or split_path(path)[1] not in ARCHITECTURE_FIELDS
+        """False for a value no input states: a model-shape field left out (the recipe or checkpoint holds it),
+        or one the loader marks unknown. Asking does not count as reading it."""
+        if self.is_set(path):
+            return True
+        return split_path(path)[1] not in ARCHITECTURE_FIELDS and self.cfg.unknown_at(path) is None
 
     def setting(self, path: str) -> Setting | None:
         return self.cfg.settings.get(path)
@@ -58,6 +64,10 @@ class Context:
         """The value megatron-core will see: the input's, else the front end's default, else the dataclass's."""
         if path in self.values:
             return self.values[path]
+        if self.cfg.unknown_at(path) is not None:  # a stand-in: the engine tries others before trusting a hit
+            self.unknown_reads.add(path)
+            if path in self.stand_in:
+                return self.stand_in[path]
         if path in self.cfg.defaults:
             return self.cfg.defaults[path]
         section, name = split_path(path)

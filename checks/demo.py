@@ -39,22 +39,38 @@ class Entry:
     version: str
     expect: tuple[str, ...]
     nemo_rl_version: str = DEFAULT_NEMO_RL_VERSION
+    recipe: str | None = None  # --recipe: the Bridge recipe an override file goes with
+    launch: str | None = None  # a launch command line (--command)
+    assume_defaults: bool = False
+    te_version: str | None = None
 
     def request(self) -> Request:
+        from checks.versions import parse_te_version
+
+        te = parse_te_version(self.te_version) if self.te_version else None
         return Request(tuple(_display_path(EXAMPLES / f) for f in self.files), self.overrides, self.argv, "auto",
-                       self.version, Environment(mcore_source="option", nemo_rl_version=self.nemo_rl_version))
+                       self.version, Environment(mcore_source="option", nemo_rl_version=self.nemo_rl_version,
+                                                 te_version=te),
+                       command=self.launch, recipe=self.recipe, assume_defaults=self.assume_defaults)
 
     def command(self) -> str:
         words = ["python", "-m", "checks", "check", *(f"examples/configs/{f}" for f in self.files)]
+        if self.recipe is not None:
+            words += ["--recipe", self.recipe]
         for text in self.overrides:
             words += ["--set", text]
         if self.argv is not None:
             words.append(f"--argv={self.argv}")  # "=" so argparse never mistakes the flags for its own
+        if self.assume_defaults:
+            words.append("--assume-defaults")
+        if self.te_version is not None:
+            words += ["--te-version", self.te_version]
         if self.version != DEFAULT_VERSION:
             words += ["--mcore-version", self.version]
         if self.nemo_rl_version != DEFAULT_NEMO_RL_VERSION:
             words += ["--nemo-rl-version", self.nemo_rl_version]
-        return " ".join(shlex.quote(w) for w in words)
+        line = " ".join(shlex.quote(w) for w in words)
+        return line if self.launch is None else f"{line} -- {self.launch}"
 
 
 def _display_path(path: Path) -> str:
@@ -69,7 +85,9 @@ def entries() -> list[Entry]:
     raw: list[dict[str, Any]] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
     return [Entry(e["name"], e.get("about", ""), tuple(e.get("files", ())), tuple(e.get("set", ())), e.get("argv"),
                   resolve_version(str(e.get("mcore_version", DEFAULT_VERSION))), tuple(e.get("expect", ())),
-                  resolve_nemo_rl_version(str(e.get("nemo_rl_version", DEFAULT_NEMO_RL_VERSION))))
+                  resolve_nemo_rl_version(str(e.get("nemo_rl_version", DEFAULT_NEMO_RL_VERSION))),
+                  e.get("recipe"), e.get("command"), bool(e.get("assume_defaults", False)),
+                  str(e["te_version"]) if "te_version" in e else None)
             for e in raw]
 
 
@@ -78,7 +96,8 @@ def check_entry(entry: Entry) -> tuple[Report, list[Finding]]:
     configs = load(request)
     findings = run(configs)
     # the request's environment, so the summary names the NeMo-RL release the findings were checked against
-    return Report(tuple(findings), configs[0].flavor, entry.version, entry.files, request.environment), findings
+    return Report(tuple(findings), configs[0].flavor, entry.version, entry.files or configs[0].inputs,
+                  request.environment), findings
 
 
 def run_examples(fmt: str) -> int:

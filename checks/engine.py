@@ -32,10 +32,17 @@ class Finding:
     fix: str
     upstream: Upstream | None
     patch: dict[str, Any] | None
+    paths: tuple[str, ...] = ()  # every path it is about, when several
 
 
 def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -> list[Finding]:
-    rules = tuple(rules)
+    """Every rule over every config.
+
+    Unknown is not a default. A rule that reads a value no input states gets a stand-in from the context;
+    its outcome counts only if it is the same whatever that value is (:func:`_outcome`). Otherwise the rule
+    could not decide, and the rule that runs last (CFG010) names the value, the rules and how to supply it.
+    """
+    rules = tuple(sorted(rules, key=lambda rule: rule.last))
     findings: list[Finding] = []
     for cfg in configs:
         ctx = Context(cfg)
@@ -44,8 +51,90 @@ def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -
                 continue
             if any(path in ctx.invalid for path in rule.reads):
                 continue
-            findings.extend(_finding(rule, hit, ctx) for hit in rule.check(ctx) if _reached(rule, hit, cfg))
+            hits, undecided = _outcome(rule, ctx)
+            findings.extend(_finding(rule, hit, ctx) for hit in hits)
+            for path in undecided:
+                ctx.undecided.setdefault(path, []).append(rule.id)
     return sorted(findings, key=_order)
+
+
+_MAX_TRIES = 48  # stand-ins tried per rule; beyond, the rule is undecided on what it read
+
+
+def _outcome(rule: Rule, ctx: Context) -> tuple[list[Hit], set[str]]:
+    """The rule's hits that hold whatever the unknown values are, and the values it could not decide without.
+
+    With the stand-ins (the dataclass defaults) the rule gives some hits; each unknown value it read is then
+    set, one at a time, to other values of its type (:func:`_candidates`), and the rule run again. A hit
+    (its path and severity) that every run gives stands: a fix that names an unknown field, or a message
+    that quotes one, decides nothing. A hit some run does not give, or a run that gives one more, means the
+    rule could not decide: the values it read are returned for CFG010.
+    """
+    def attempt(stand_in: dict[str, Any]) -> tuple[list[Hit], set[str]]:
+        ctx.unknown_reads.clear()
+        ctx.stand_in = stand_in
+        try:
+            hits = [hit for hit in rule.check(ctx) if _reached(rule, hit, ctx.cfg)]
+        finally:
+            ctx.stand_in = {}
+        return hits, set(ctx.unknown_reads)
+
+    hits, reads = attempt({})
+    if not reads:
+        return hits, set()
+    base = _signature(hits)
+    robust = set(base)
+    undecided = False
+    explored: set[str] = set()
+    pending = sorted(reads)
+    tries = 0
+    while pending and not (undecided and not robust):  # once nothing stands and something is open, stop
+        path = pending.pop(0)
+        if path in explored:
+            continue
+        explored.add(path)
+        for value in _candidates(ctx, path):
+            tries += 1
+            if tries > _MAX_TRIES:
+                return [], explored | reads
+            other, more = attempt({path: value})
+            found = _signature(other)
+            robust &= found
+            undecided |= bool(found - base)
+            reads |= more
+            pending += sorted(more - explored)
+    kept = [hit for hit in hits if (hit.path, hit.severity) in robust]
+    return kept, reads if undecided or len(kept) < len(hits) else set()
+
+
+def _signature(hits: Sequence[Hit]) -> frozenset[tuple[str, str | None]]:
+    return frozenset((hit.path, hit.severity) for hit in hits)
+
+
+def _candidates(ctx: Context, path: str) -> list[Any]:
+    """Values an unknown field could hold, besides its default: the edges of its type."""
+    from checks.config import split_path
+    from checks.versions import NO_DEFAULT
+
+    section, name = split_path(path)
+    spec = ctx.profile.field(section, name) if section not in ("env", "run") else None
+    if section == "env":
+        return [None, "0", "1"]
+    if spec is None:
+        return [None, True, False, 0, 1, 2, "1"]
+    kind = spec.kind
+    by_kind: dict[str, list[Any]] = {"bool": [True, False], "int": [0, 1, 2, 4, 8, 64],
+                                     "float": [0.0, 0.25, 0.5, 1.0], "dtype": ["fp32", "bf16", "fp16"],
+                                     "list_str": [[], ["core_attn"]]}
+    found = list(by_kind.get(kind, []))
+    if spec.choices:
+        found = list(spec.choices)
+    elif kind == "str":
+        found = ["", "full", "selective", "transformer_engine", "local"]
+    if spec.nullable:
+        found.append(None)
+    default = spec.default if spec.default is not NO_DEFAULT else None
+    return [value for value in found if value != default or type(value) is not type(default)]
 
 
 def _reached(rule: Rule, hit: Hit, cfg: CanonicalConfig) -> bool:
@@ -65,7 +154,7 @@ def _finding(rule: Rule, hit: Hit, ctx: Context) -> Finding:
     origin = hit.origin or _locate(ctx, (hit.path, *hit.at))
     patch = ctx.cfg.spelling.patch(hit.patch) if hit.patch else None
     return Finding(rule.id, hit.severity or rule.severity, ctx.cfg.target, hit.path, origin, hit.message, hit.fix,
-                   hit.upstream, patch or None)
+                   hit.upstream, patch or None, hit.paths)
 
 
 def _locate(ctx: Context, paths: Sequence[str]) -> Origin | None:

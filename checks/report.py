@@ -30,6 +30,9 @@ class _Outcome:
         return 1 if self.failed else 0
 
 
+UNKNOWN_RULE = "CFG010"  # a value some rule needed that no input states
+
+
 @dataclass(frozen=True)
 class Report(_Outcome):
     """The outcome of one ``check`` run."""
@@ -38,6 +41,19 @@ class Report(_Outcome):
     mcore_version: str
     inputs: tuple[str, ...]
     environment: Environment = field(default_factory=Environment)
+
+    @property
+    def unknown(self) -> int:
+        """Values the verdict lacks: "ok" is then "ok with N values unknown"."""
+        return sum(len(f.paths) or 1 for f in self.findings if f.rule == UNKNOWN_RULE)
+
+    @property
+    def failed(self) -> bool:
+        return super().failed or (self.strict and self.unknown > 0)
+
+    @property
+    def status(self) -> str:
+        return "fail" if self.failed else "incomplete" if self.unknown else "ok"
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,8 @@ def finding_json(f: Finding) -> dict[str, Any]:
     }
     if f.patch:
         out["patch"] = f.patch
+    if f.paths:
+        out["paths"] = list(f.paths)
     return out
 
 
@@ -76,11 +94,11 @@ def assumptions(report: Report) -> dict[str, Any]:
 
 def render_json(report: Report) -> str:
     document = {
-        "status": "fail" if report.failed else "ok",
+        "status": report.status,
         "mcore_version": report.mcore_version,
         "flavor": report.flavor,
         "findings": [finding_json(f) for f in report.findings],
-        "summary": {s: report.count(s) for s in ("error", "warning", "info")},
+        "summary": {**{s: report.count(s) for s in ("error", "warning", "info")}, "unknown": report.unknown},
         "assumptions": assumptions(report),
     }
     return json.dumps(document, indent=2)
@@ -122,6 +140,9 @@ def render_text(report: Report) -> str:
         context += f", NeMo-RL {report.environment.nemo_rl_version}"
     if report.findings:
         lines.append(f"{counts} ({context})")
+        if report.unknown and not report.count("error"):
+            lines.append(f"ok with {report.unknown} value{'s' if report.unknown != 1 else ''} unknown: no error in "
+                         f"what the inputs state, but the rules {UNKNOWN_RULE} lists could not decide")
         ids = " ".join(dict.fromkeys(f.rule for f in report.findings))
         lines.append(f"For more on each rule: python -m checks explain {ids}")
     else:

@@ -15,10 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def check_text(tmp_path: Path, text: str, *, flavor: str = "auto", version: str = DEFAULT_VERSION,
-               sets: tuple[str, ...] = (), name: str = "config.yaml") -> list[Finding]:
+               sets: tuple[str, ...] = (), name: str = "config.yaml", complete: bool = True) -> list[Finding]:
+    """Findings on a config written to a file; ``complete``: what it leaves out holds its default
+    (--assume-defaults), as the rule tests mean their small configs."""
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
-    return run(load(Request((str(path),), sets, None, flavor, version)))
+    return run(load(Request((str(path),), sets, None, flavor, version, assume_defaults=complete)))
 
 
 def check_argv(argv: str, *, version: str = DEFAULT_VERSION) -> list[Finding]:

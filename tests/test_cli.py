@@ -32,7 +32,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_text_output_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "run.yaml"
     path.write_text(BROKEN)
-    code, out, err = run(capsys, "check", str(path), "--mcore-version", "0.16.1")
+    code, out, err = run(capsys, "check", str(path), "--mcore-version", "0.16.1", "--assume-defaults")
     assert (code, err) == (1, "")
     assert out.splitlines() == [
         f"{path}:5: ERROR ACT002 cpu_offloading=true with pipeline_model_parallel_size=2: layer-level offloading "
@@ -53,12 +53,14 @@ def test_text_output_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_json_output_is_the_documented_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "run.yaml"
     path.write_text(BROKEN)
-    code, out, _ = run(capsys, "check", str(path), "--mcore-version", "0.16.1", "--format", "json")
+    code, out, _ = run(capsys, "check", str(path), "--mcore-version", "0.16.1", "--format", "json",
+                       "--assume-defaults")
     assert code == 1
     document = json.loads(out)
     assert list(document) == ["status", "mcore_version", "flavor", "findings", "summary", "assumptions"]
     assert document["assumptions"] == {"mcore_version_source": "option", "te_version": None, "nemo_rl_version": None}
-    assert document["status"] == "fail" and document["summary"] == {"error": 2, "warning": 0, "info": 0}
+    assert document["status"] == "fail" and document["summary"] == {"error": 2, "warning": 0, "info": 0,
+                                                                    "unknown": 0}
     assert document["findings"][0] == {
         "rule": "ACT002", "severity": "error", "target": None, "path": "model.pipeline_model_parallel_size",
         "location": {"file": str(path), "line": 5, "arg": None},
@@ -95,7 +97,7 @@ def test_clean_config_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
                       "path": "optimizer.optimizer_offload_fraction",
                       "location": {"file": clean, "line": 70, "arg": None}, "message": PREDICTION,
                       "fix": "Nothing to change; size host memory for the predicted share", "upstream": None}],
-        "summary": {"error": 0, "warning": 0, "info": 1},
+        "summary": {"error": 0, "warning": 0, "info": 1, "unknown": 0},
         "assumptions": {"mcore_version_source": "option", "te_version": "2.12", "nemo_rl_version": None}}
 
 

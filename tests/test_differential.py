@@ -15,6 +15,7 @@ runs the same comparison on generated configs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,9 +116,11 @@ def _overrides(overrides: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _configs(entry: Entry, overrides: tuple[str, ...] = ()) -> list[CanonicalConfig]:
+    """The entry's configs with the variant's overrides; what no input states holds its default
+    (--assume-defaults), as megatron-core's config classes are built here from the same values."""
     request = entry.request()
-    return load(Request(request.files, request.overrides + _overrides(overrides), request.argv, request.flavor,
-                        VERSION))
+    return load(replace(request, overrides=request.overrides + _overrides(overrides), version=VERSION,
+                        assume_defaults=True))
 
 
 CASES = [(e, ()) for e in entries()] + [(e, v) for e in entries() for v in VARIANTS.get(e.name, []) if _applicable(v)]
@@ -125,6 +128,11 @@ CASES = [(e, ()) for e in entries()] + [(e, v) for e in entries() for v in VARIA
 
 @pytest.mark.parametrize("entry,overrides", CASES, ids=[f"{e.name}{'+' + '+'.join(v) if v else ''}" for e, v in CASES])
 def test_examples_agree_with_megatron_core(entry: Entry, overrides: tuple[str, ...]) -> None:
+    from checks.loaders.checkpoint import ARCH_PATHS
+
+    if any(path in cfg.unknown for cfg in load(entry.request()) for path in ARCH_PATHS):
+        pytest.skip("the model catalogue does not hold the checkpoint this recipe builds its model from, so "
+                    "megatron-core cannot be given its architecture")
     for cfg in _configs(entry, overrides):
         try:
             compare(cfg)

@@ -397,17 +397,19 @@ def test_single_model_plan_keeps_its_shape_with_a_label(tmp_path: Path, capsys: 
 
 
 def test_plan_names_every_model_it_cannot_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, PPO.replace("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-1.5B"))
+    # a checkpoint the model catalogue does not hold (checks/data/models.json)
+    path = write(tmp_path, PPO.replace("meta-llama/Llama-3.1-8B-Instruct", "example-org/Not-In-The-Catalogue-1B"))
     code, out, err = cli(capsys, "plan", path)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "[policy] the planner needs the model's dimensions" in err and "[value] " in err
-    assert "policy.model_name = Qwen/Qwen2.5-1.5B" in err
+    assert "policy.model_name = example-org/Not-In-The-Catalogue-1B" in err
     # a bare --preset is the policy and every model with its model_name
     code, out, err = cli(capsys, "plan", path, "--preset", "llama3-8b", "--format", "json")
     assert err == "" and [m["source"] for m in json.loads(out)["models"]] == [
         "config (model from preset llama3-8b)", "config (model from preset llama3-8b)"]
     # a model with another checkpoint is not sized by the bare --preset (here the value model's name is a preset's)
-    other = write(tmp_path, PPO.replace("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-1.5B", 1), "other.yaml")
+    other = write(tmp_path, PPO.replace("meta-llama/Llama-3.1-8B-Instruct", "example-org/Not-In-The-Catalogue-1B", 1),
+                  "other.yaml")
     _, out, err = cli(capsys, "plan", other, "--preset", "llama3-70b", "--format", "json")
     assert err == "" and [m["source"] for m in json.loads(out)["models"]] == [
         "config (model from preset llama3-70b)", "config (model from preset llama3-8b)"]
@@ -430,7 +432,8 @@ def test_plan_shows_an_inference_only_teacher_without_planning_it(tmp_path: Path
     assert "not planned [teacher]: the teacher only runs forward passes" in out
     assert "models: policy: " in out and "teacher: inference only" in out
     # a teacher whose size is not known says so, and how to give it
-    unknown = write(tmp_path, DISTILLATION.replace("meta-llama/Meta-Llama-3-70B", "Qwen/Qwen3-4B"), "u.yaml")
+    unknown = write(tmp_path, DISTILLATION.replace("meta-llama/Meta-Llama-3-70B", "example-org/Not-In-The-Catalogue"),
+                    "u.yaml")
     _, out, _ = cli(capsys, "plan", unknown)
     assert "size unknown: the planner needs the model's dimensions" in out and "--preset teacher=NAME" in out
 

@@ -223,7 +223,8 @@ def test_a_preset_with_overrides_keeps_the_presets_layout(capsys: pytest.Capture
     (("--preset", "llama3-70b", "--gpus", "12"), "not a multiple of TP x PP x CP = 32"),
     (("--preset", "llama3-8b", "--hardware", "tpu"), "unknown hardware 'tpu'"),
     (("--preset", "llama3-8b", "--headroom", "1.5"), "--headroom must be in [0, 1)"),
-    ((str(EXAMPLES / "nemo-rl/grpo_offload.yaml"),), "not one of the presets; add --preset NAME"),
+    ((str(EXAMPLES / "nemo-rl/grpo_offload.yaml"), "--set", "policy.model_name=example-org/Not-In-The-Catalogue"),
+     "not one of the presets; add --preset NAME"),
     (("--preset", "llama3-8b", "--profile", "/nonexistent.json"), "cannot read the probe profile"),
 ])
 def test_plan_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str) -> None:

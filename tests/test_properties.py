@@ -69,11 +69,15 @@ def assert_answered(code: int, out: str, err: str, fmt: str = "json") -> None:
         assert out == "" and err.count("\n") == 1 and err.startswith("error: "), err
     elif fmt == "json":
         document = json.loads(out)
-        assert document["status"] == ("fail" if code == 1 else "ok")
+        assert document["status"] in (("fail",) if code == 1 else ("ok", "incomplete"))
+        assert (document["status"] == "incomplete") == (code == 0 and document["summary"]["unknown"] > 0)
+
+
+_SCRATCH = tempfile.TemporaryDirectory(prefix="checks-prop-")  # removed when the test session ends
 
 
 def write(text: str, name: str = "config.yaml") -> str:
-    directory = Path(tempfile.mkdtemp(prefix="checks-prop-"))
+    directory = Path(tempfile.mkdtemp(prefix="case-", dir=_SCRATCH.name))
     path = directory / name
     path.write_text(text, encoding="utf-8")
     return str(path)

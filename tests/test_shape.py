@@ -59,8 +59,13 @@ def test_what_is_missing_is_named(tmp_path: Path) -> None:
     assert "model.vocab_size" in found.missing
     assert _shape(Request(argv="--num-layers 2 --hidden-size 64 --num-attention-heads 4")) == \
         ShapeUnknown(("--vocab-size",))
-    nemo_rl = _shape(Request((str(EXAMPLES / "nemo-rl/grpo_offload.yaml"),)))
+    # NeMo-RL's dimensions come from the checkpoint model_name names: from the model catalogue when it holds it
+    nemo_rl = _shape(Request((str(EXAMPLES / "nemo-rl/grpo_offload.yaml"),), ("policy.model_name=example-org/Nope",)))
     assert isinstance(nemo_rl, ShapeUnknown) and "Hugging Face" in nemo_rl.describe()
+    known = _shape(Request((str(EXAMPLES / "nemo-rl/grpo_offload.yaml"),)))  # Qwen/Qwen2.5-1.5B
+    assert not isinstance(known, ShapeUnknown)
+    # Megatron-Bridge@dc944b9c:src/megatron/bridge/models/qwen/qwen_provider.py:158-168 (Qwen25ModelProvider1P5B)
+    assert (known[0].num_layers, known[0].hidden_size, known[0].num_query_groups) == (28, 1536, 2)
 
 
 def test_unmodelled_architectures_are_refused(tmp_path: Path) -> None:

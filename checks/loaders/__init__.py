@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from checks.config import CanonicalConfig
 from checks.errors import InputError
 from checks.formats import is_bridge_doc, is_megatron_lm_doc, is_nemo_rl_doc, looks_like_command_line
 from checks.loaders.common import FLAVORS, Request
 from checks.yamlio import load_yaml, read_text
+
+if TYPE_CHECKING:
+    from checks.loaders.launch import Launch
 
 __all__ = ["FLAVORS", "Request", "detect_flavor", "load"]
 
@@ -27,8 +31,82 @@ _NEMO_RL_ROOTS = frozenset({"policy", "value", "teacher", "teachers", "on_policy
 
 
 def load(request: Request) -> list[CanonicalConfig]:
-    if not request.files and not request.overrides and request.argv is None:
-        raise InputError("check", "nothing to check: give a config file, --set KEY=VALUE or --argv")
+    if not request.files and not request.overrides and request.argv is None and request.command is None \
+            and request.recipe is None:
+        raise InputError("check", "nothing to check: give a config file, a launch command (--command or after "
+                                  "--), --set KEY=VALUE or --argv")
+    launches = launches_of(request)
+    if launches is not None:
+        configs: list[CanonicalConfig] = []
+        for launch in launches:
+            found = _load_one(launch_request(request, launch))
+            if len(launches) > 1:
+                found = [replace(cfg, target=f"{launch.where}" + (f" {cfg.target}" if cfg.target else ""))
+                         for cfg in found]
+            configs += found
+        return configs
+    return _load_one(request)
+
+
+def launches_of(request: Request) -> list[Launch] | None:
+    """The launches a request names: ``--command``, or a shell script that starts training; None for a config.
+
+    A script without a Bridge or NeMo-RL launch is left to the Megatron-LM reader, which scans its flags (as
+    before launch commands were read) unless it finds a ``pretrain_*.py`` launch.
+    """
+    from checks.loaders.launch import read
+
+    if request.command is not None:
+        if request.files or request.argv is not None:
+            raise InputError("--command", "a launch command is the whole job: give it alone (add overrides with "
+                                          "--set, which go after the command's own)")
+        found = read(request.command, "--command", file=None)
+        if not found:
+            raise InputError("--command", "starts no training script the checker knows (Megatron Bridge "
+                                          "run_recipe.py, NeMo-RL examples/run_*.py, Megatron-LM pretrain_*.py)")
+        return found
+    if not request.files or not request.files[0].endswith((".sh", ".bash")):
+        return None
+    path = request.files[0]
+    found = read(read_text(path), path, file=path)
+    if not found:
+        return None
+    if len(request.files) > 1 or request.argv is not None:
+        raise InputError(request.files[1] if len(request.files) > 1 else "--argv",
+                         f"{path} is a launch script, which is the whole job: check it alone (add overrides "
+                         "with --set)")
+    return found
+
+
+def launch_request(request: Request, launch: Launch) -> Request:
+    """What one launch asks the loaders to read: its recipe or config, its overrides, then any --set."""
+    variables = {**request.environment.variables, **launch.environment}  # the script's exports over --env
+    environment = replace(request.environment, variables=variables)
+    files = tuple(_located(path, launch, request) for path in launch.files)
+    return replace(request, flavor=launch.flavor if request.flavor == "auto" else request.flavor, files=files,
+                   overrides=launch.overrides + request.overrides, override_at=launch.override_origins,
+                   recipe=launch.recipe or request.recipe, words=launch.words if launch.flavor == "megatron-lm"
+                   else None, command=None, environment=environment, launch=launch.where)
+
+
+def _located(path: str, launch: Launch, request: Request) -> str:
+    """A launch's relative config path, found where the command runs (--cwd, else the script's cd), else here."""
+    import os
+
+    if os.path.isabs(path):
+        if os.path.isfile(path):
+            return path
+        raise InputError(launch.where, f"the config {path!r} is not found")
+    tried = [os.path.join(where, path) for where in (request.cwd, launch.cwd) if where is not None]
+    tried.append(path)
+    for candidate in tried:
+        if os.path.isfile(candidate):
+            return candidate
+    raise InputError(launch.where, f"the config {path!r} is not found (tried {', '.join(dict.fromkeys(tried))}); "
+                                   "pass --cwd DIR, the directory the command runs in (a NeMo-RL checkout)")
+
+
+def _load_one(request: Request) -> list[CanonicalConfig]:
     flavor = request.flavor if request.flavor != "auto" else detect_flavor(request)
     if flavor not in _LOADERS:
         raise InputError("--flavor", f"unknown flavor {flavor!r}; choose auto, {', '.join(FLAVORS)}")
@@ -39,6 +117,12 @@ def load(request: Request) -> list[CanonicalConfig]:
 
 def detect_flavor(request: Request) -> str:
     """Tell the format from the first input; raise InputError when it cannot be told."""
+    if request.command is not None or (request.files and request.files[0].endswith((".sh", ".bash"))):
+        launches = launches_of(request)
+        if launches:
+            return launches[0].flavor
+    if request.recipe is not None:
+        return "bridge"
     if request.files:
         path = request.files[0]
         text = read_text(path)

@@ -39,7 +39,8 @@ from checks.yamlio import KeyPath
 if TYPE_CHECKING:
     from checks.loaders.overrides import Override
 
-__all__ = ["ABSENT", "EXACT", "LIST", "MAP", "NULLABLE", "UNKNOWN", "VALUE", "Base", "Config", "Hidden", "Outcome"]
+__all__ = ["ABSENT", "EXACT", "LIST", "MAP", "NULL", "NULLABLE", "UNKNOWN", "VALUE", "Base", "Config", "Hidden",
+           "Outcome"]
 
 # What a base config holds at a key the tree does not set.
 ABSENT = "absent"  # no such key
@@ -47,6 +48,7 @@ MAP = "map"  # a mapping; its keys are asked for one by one
 LIST = "list"  # a list whose items are not known
 VALUE = "value"  # a non-null value that is not a container
 NULLABLE = "nullable"  # the key exists; its value (null, a value, a container) is not known
+NULL = "null"  # the key exists and holds null (a recipe's field it leaves at a null default)
 UNKNOWN = "unknown"  # whether the key exists is not known
 
 MISSING = "???"  # OmegaConf's mandatory-missing value: select() reads it as None; a merge does not copy it
@@ -417,7 +419,7 @@ class _Run:
             if child is None:
                 return None
             if isinstance(child, Hidden):
-                if child.kind == ABSENT or (child.kind == VALUE and not last):
+                if child.kind in (ABSENT, NULL) or (child.kind == VALUE and not last):
                     return None
                 if child.kind in (NULLABLE, UNKNOWN) or (child.kind == LIST and not last):
                     self._unknown(child.reason or f"the checker cannot see what '{_dotted(path)}' holds")

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from checks.config import CanonicalConfig, Origin, OverrideNote, Setting, Unrecognised
+from checks.config import CanonicalConfig, Origin, OverrideNote, Setting, Unknown, Unrecognised
 from checks.formats import BRIDGE_SECTIONS
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
 from checks.loaders.apply import ABSENT, Base
-from checks.loaders.bridge_recipe import RecipeBase
+from checks.loaders.bridge_recipe import Recipe, RecipeBase, ResolvedRecipe, find_recipe
 from checks.loaders.bridge_recipe import table as bridge_fields
 from checks.loaders.common import Applied, Request, apply_overrides, hydra_lines, with_environment
 from checks.versions import profile
@@ -68,7 +68,8 @@ def decode_target(mapping: dict[str, Any]) -> Any:
 
 
 def load(request: Request) -> list[CanonicalConfig]:
-    tree: trees.Tree = {}
+    recipe = find_recipe(request.recipe) if request.recipe is not None else None
+    tree: trees.Tree = _recipe_tree(recipe, request.version) if recipe is not None else {}
     dump: trees.Tree | None = None  # a `_target_` dump (run_config.yaml): what the overrides start from
     for path in request.files:
         layer = trees.from_doc(load_yaml(path), decode_target)
@@ -79,11 +80,104 @@ def load(request: Request) -> list[CanonicalConfig]:
     # The command-line overrides in struct mode over the recipe (or the dump) merged with the files
     # (NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/utils/omegaconf_utils.py:139-153).
     # A dump holds every field; one the file leaves out (an abridged dump) is still a field of its class.
-    base: Base = RecipeBase(request.version, nested=nested, source="dump" if dump is not None else "recipe")
-    applied = _written_back(apply_overrides(tree, request.overrides, base), dump, request.overrides)
+    base: Base = ResolvedRecipe(request.version, recipe) if recipe is not None and dump is None else \
+        RecipeBase(request.version, nested=nested, source="dump" if dump is not None else "recipe")
+    applied = _written_back(apply_overrides(tree, request.overrides, base, at=request.override_at), dump,
+                            request.overrides)
     wanted = [keys for keys, _ in trees.leaves(applied.tree) if keys and keys[0] in SECTIONS]
     tree = interpolation.resolve(applied.tree, wanted)
-    return applied.attach([_canonical(tree, request, nested, base)])
+    if recipe is not None and dump is None:
+        tree = _with_mixed_precision(tree, recipe, request.version)
+    cfg = _canonical(tree, request, nested, base)
+    cfg = replace(cfg, unknown=_unknown(recipe, dump is not None or request.assume_defaults),
+                  launch=request.launch, inputs=request.files or ((request.launch,) if request.launch else ()))
+    return applied.attach([cfg])
+
+
+def _recipe_tree(recipe: Recipe, version: str) -> trees.Tree:
+    """What the recipe function sets, each value at the line of Bridge's source that sets it; under it, the
+    dimensions of the checkpoint its model is built from (the model catalogue), which the recipe's own
+    assignments override."""
+    from checks.loaders.checkpoint import CATALOGUE, values
+    from checks.models import lookup
+
+    tree: trees.Tree = {}
+    arch = lookup(recipe.hf_model) if recipe.hf_model else None
+    if arch is not None:
+        for path, value in values(arch, profile(version)).items():
+            name = path.split(".", 1)[1]
+            tree = trees.put(tree, ("model", name), Setting(value, Origin(
+                file=f"{CATALOGUE}{arch.hf_id}", key=f"model.{name}", note=arch.source)))
+    for path, (value, at) in sorted(recipe.values.items()):
+        file, _, line = recipe.where(at).rpartition(":")
+        tree = trees.put(tree, tuple(path.split(".")), Setting(value, Origin(
+            file=file, line=int(line) if line.isdigit() else None, key=path, note=f"set by the recipe {recipe.name}")))
+    return tree
+
+
+def _with_mixed_precision(tree: trees.Tree, recipe: Recipe, version: str) -> trees.Tree:
+    """The config after Bridge's mixed-precision set-up, which runs at training start, after the overrides.
+
+    It copies every ``MixedPrecisionConfig`` field onto each of model, optimizer and ddp that has one of that
+    name, over what the recipe or the command line set there (Megatron-Bridge@067f987d:src/megatron/bridge/
+    training/config.py:1992-2016, training/mixed_precision.py:113-138).
+    """
+    from checks.loaders.bridge_recipe import mixed_precision
+
+    node = tree.get("mixed_precision")
+    if node is None or (isinstance(node, Setting) and node.value is None):
+        return tree
+    if isinstance(node, Setting):
+        given: Any = node.value
+        later: dict[str, Any] = {}
+    else:
+        given = {}
+        later = {str(k): (v.value, v.origin.describe()) for k, v in node.items() if isinstance(v, Setting)}
+    values, label = mixed_precision(given, {})
+    values.update(later)
+    prof = profile(version)
+    for name, (value, at) in sorted(values.items()):
+        file, _, line = recipe.where(at).rpartition(":") if ".py:" in at else (at, "", "")
+        for section in ("model", "optimizer", "ddp"):
+            if prof.field(section, name) is None:
+                continue
+            tree = trees.put(tree, (section, name), Setting(value, Origin(
+                file=file, line=int(line) if line.isdigit() else None, key=f"mixed_precision.{name}",
+                note=f"Bridge's mixed-precision set-up copies {label}'s {name} over {section}.{name} after the "
+                     "overrides (training/mixed_precision.py:138)")))
+    return tree
+
+
+_NO_RECIPE = Unknown("the recipe this override file is merged over sets it, and the checker was not given the "
+                     "recipe", "--recipe NAME (the function run_recipe.py loads), --set KEY=VALUE, or "
+                     "--assume-defaults when the config really is built from the dataclass defaults")
+
+
+def _unknown(recipe: Recipe | None, complete: bool) -> dict[str, Unknown]:
+    """What the job holds that no input states: without a recipe, whatever the override file leaves out."""
+    from checks.loaders.checkpoint import ARCH_PATHS
+    from checks.models import lookup
+
+    if complete:
+        return {}
+    if recipe is None:
+        return {f"{section}.*": _NO_RECIPE for section in ("model", "optimizer", "ddp", "env", "run")}
+    found: dict[str, Unknown] = {}
+    for path, why in recipe.unresolved.items():
+        section, _, name = path.partition(".")
+        if section == "model" and name.startswith("transformer."):  # the GPTModelConfig layout
+            name = name.removeprefix("transformer.")
+        canonical = _RUN_KEYS.get((section, name)) or (f"{SECTIONS[section]}.{name}" if section in SECTIONS
+                                                       else None)
+        if canonical is not None:
+            found[canonical] = Unknown(f"the recipe {recipe.name} sets it in a way the recipe catalogue could not "
+                                       f"evaluate ({why})", f"--set {path}=VALUE")
+    if recipe.hf_model and lookup(recipe.hf_model) is None:
+        for path in ARCH_PATHS:
+            key = "model." + path.split(".", 1)[1]  # run.vocab_size is the provider's model.vocab_size
+            found.setdefault(path, Unknown(f"the recipe builds its model from {recipe.hf_model}, which the model "
+                                           "catalogue does not hold", f"--set {key}=VALUE"))
+    return found
 
 
 def _written_back(applied: Applied, dump: trees.Tree | None, overrides: tuple[str, ...]) -> Applied:
@@ -185,6 +279,7 @@ def _canonical(tree: trees.Tree, request: Request, nested: bool, base: Base) -> 
             settings[path] = node
     unrecognised = [u for u in unrecognised if (u.section, u.name) not in _RUN_KEYS]
     _sync_distributed_optimizer(settings)
+    _sync_sequence_parallel(settings)
     with_environment(settings, request.environment, launch_wins=True)
     target = trees.get(tree, ("model", "_target_"))
     return CanonicalConfig(
@@ -198,6 +293,17 @@ def _first_leaf(tree: trees.Tree) -> Setting:
     for _, setting in trees.leaves(tree):
         return setting
     return Setting({}, Origin())
+
+
+def _sync_sequence_parallel(settings: dict[str, Setting]) -> None:
+    """Bridge's TransformerConfig turns sequence parallelism off without tensor parallelism before megatron-core
+    sees it (Megatron-Bridge@067f987d:src/megatron/bridge/models/transformer_config.py:175-176)."""
+    sp = settings.get("model.sequence_parallel")
+    tp = settings.get("model.tensor_model_parallel_size")
+    if sp is not None and sp.value is True and (tp is None or (isinstance(tp.value, int) and tp.value <= 1)):
+        settings["model.sequence_parallel"] = Setting(False, replace(sp.origin, note=(
+            "Bridge turns sequence_parallel off with tensor_model_parallel_size <= 1 "
+            "(Megatron-Bridge@067f987d:src/megatron/bridge/models/transformer_config.py:175-176)")))
 
 
 def _sync_distributed_optimizer(settings: dict[str, Setting]) -> None:

@@ -14,11 +14,14 @@ subclasses, the dataset configs): a key all of them have is present, one only so
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from checks.loaders.apply import ABSENT, LIST, MAP, NULLABLE, UNKNOWN, VALUE, Hidden
+from checks.errors import InputError
+from checks.loaders.apply import ABSENT, LIST, MAP, NULL, NULLABLE, UNKNOWN, VALUE, Hidden
 from checks.versions import NO_DEFAULT, profile
 from checks.yamlio import KeyPath
 
@@ -113,3 +116,123 @@ class RecipeBase:
                                    "one is not known")
         return _hidden(kinds, f"the {self.source} may set '{where}' (its default is null, or not a plain value), "
                               "which the checker cannot see")
+
+
+# --- the recipe catalogue (tools/bridge_recipes.py) -------------------------------------------------------------
+
+_RECIPES = Path(__file__).resolve().parent.parent / "data" / "bridge_recipes.json"
+
+
+@cache
+def catalogue() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(_RECIPES.read_text(encoding="utf-8"))
+    return loaded
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One Bridge recipe function, as the catalogue read it from Bridge's source."""
+
+    name: str  # as the user named it (an alias, or the function)
+    function: str  # the function run_recipe.py loads
+    defined: str  # its file:line in Bridge's source
+    values: Mapping[str, tuple[Any, str]]  # override-key path -> (value, file:line that sets it)
+    unresolved: Mapping[str, str]  # override-key path -> why the catalogue could not evaluate it
+    hf_model: str | None  # the Hugging Face id its model is built from
+    mode: str | None
+    commit: str
+
+    def where(self, at: str) -> str:
+        """An upstream citation for a value's line."""
+        return f"NVIDIA-NeMo/Megatron-Bridge@{self.commit[:8]}:{at}"
+
+
+def find_recipe(name: str) -> Recipe:
+    """The recipe ``run_recipe.py --recipe name`` runs (a function or an alias), or an input error with the
+    closest names."""
+    data = catalogue()
+    key = data["aliases"].get(name, name)
+    entry = data["recipes"].get(key)
+    if entry is None:
+        import difflib
+
+        names = sorted({*data["recipes"], *data["aliases"]} - {k for k in data["recipes"] if "." in k})
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        raise InputError("--recipe", f"{name!r} is not a recipe of Megatron Bridge@{data['source']['commit'][:8]} "
+                                     f"({len(data['recipes'])} recipes, {len(data['aliases'])} aliases){hint}")
+    hf = entry.get("hf_model") or {}
+    return Recipe(name, entry["function"], entry["defined"], _expand(data, key), dict(entry.get("unresolved", {})),
+                  hf.get("id") if isinstance(hf.get("id"), str) else None, entry.get("mode"),
+                  data["source"]["commit"])
+
+
+def _expand(data: Mapping[str, Any], key: str) -> dict[str, tuple[Any, str]]:
+    """A recipe's values from the compact table: its base's, less what it drops or leaves unresolved, plus its
+    own (the table's "format" note; tools/bridge_recipes.py writes it)."""
+    entry = data["recipes"].get(key) or data["templates"][key]
+    values = {} if entry.get("base") is None else _expand(data, entry["base"])
+    for path in (*entry.get("drop", ()), *entry.get("unresolved", {})):
+        values.pop(path, None)
+    for path, (value, at) in entry["values"].items():
+        index, _, line = at.partition(":")
+        values[path] = (value, f"{data['files'][int(index)]}:{line}")
+    return values
+
+
+def mixed_precision(recipe_value: Any, overrides: Mapping[str, Any]) -> tuple[dict[str, tuple[Any, str]], str]:
+    """What Bridge's mixed-precision set-up copies onto model, optimizer and ddp, with the line of each value.
+
+    At training start ``runtime_config_update`` resolves ``cfg.mixed_precision`` (a preset name or a config) and
+    copies every ``MixedPrecisionConfig`` field, preset values and class defaults alike, over the fields of that
+    name, after the command-line overrides (the table's "applies" note). ``recipe_value``: the preset name, or
+    the ``mixed_precision.*`` values; ``overrides``: ``mixed_precision.*`` fields set after it. The second
+    item names what was applied, for origins.
+    """
+    data = catalogue()
+    defaults = data["mixed_precision_defaults"]
+    found = {name: (value, defaults["at"]) for name, value in defaults["values"].items()}
+    label = "MixedPrecisionConfig"
+    if isinstance(recipe_value, str):
+        name = recipe_value.replace("-", "_")
+        preset = data["mixed_precision_presets"].get(name)
+        if preset is None:
+            raise InputError("mixed_precision", f"{recipe_value!r} is not a mixed-precision preset of Megatron "
+                                                f"Bridge@{data['source']['commit'][:8]}")
+        found.update({field: (value, preset["at"].get(field, preset["defined"]))
+                      for field, value in preset["values"].items()})
+        label = f"the {name} preset"
+    elif isinstance(recipe_value, Mapping):
+        found.update(recipe_value)
+    for field, value in overrides.items():
+        found[field] = value
+    for gathered in ("fp8", "fp4"):  # finalize(): a null *_param follows *_param_gather (mixed_precision.py:97)
+        if found.get(f"{gathered}_param", (None,))[0] is None and f"{gathered}_param_gather" in found:
+            found[f"{gathered}_param"] = found[f"{gathered}_param_gather"]
+    return found, label
+
+
+class ResolvedRecipe(RecipeBase):
+    """The recipe's own config under the files and overrides: what its fields hold, not only which exist.
+
+    The tree holds every value the recipe sets; a field it leaves alone holds its dataclass default, so a
+    null default is null (``+key=value`` is allowed there). What the catalogue could not evaluate stays unknown.
+    """
+
+    def __init__(self, version: str, recipe: Recipe) -> None:
+        super().__init__(version, nested=False, source=f"recipe {recipe.name}")
+        self.recipe = recipe
+
+    def hidden(self, keys: KeyPath) -> Hidden:
+        where = ".".join(map(str, keys))
+        for path, why in self.recipe.unresolved.items():
+            stem = path.removesuffix(".*")  # "model.*": every field the values do not list
+            if where == stem or where.startswith(stem + "."):
+                return Hidden(UNKNOWN, f"the recipe {self.recipe.name} sets '{path}' in a way the recipe catalogue "
+                                       f"could not evaluate ({why})")
+        found = super().hidden(keys)
+        if found.kind == NULLABLE and len(keys) == 2 and str(keys[0]) in _MCORE_SECTIONS:
+            spec = self.profile.field(str(keys[0]), str(keys[1]))
+            if spec is not None and spec.default is None:
+                return Hidden(NULL)
+        return found

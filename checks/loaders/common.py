@@ -47,6 +47,13 @@ class Request:
     flavor: str = "auto"
     version: str = "0.19.2"
     environment: Environment = field(default_factory=Environment)
+    command: str | None = None  # --command "..." (or the words after --): a launch command line
+    cwd: str | None = None  # --cwd: where a launch's relative paths are (default: the script's cd, else here)
+    recipe: str | None = None  # --recipe, or a launch's run_recipe.py --recipe/--model: the Bridge recipe
+    override_at: tuple[Origin, ...] = ()  # where each override was written, when not a --set option
+    words: tuple[Any, ...] | None = None  # a launch's Megatron-LM argv words (mlm_argparse.Word), with origins
+    launch: str | None = None  # the launch this request reads ("train.sh:12"), when a script has several
+    assume_defaults: bool = False  # --assume-defaults: what no input states holds its dataclass default
 
 
 # Both frameworks wrap whatever applying the overrides raises (NVIDIA-NeMo/Megatron-Bridge@067f987d:
@@ -79,12 +86,13 @@ def with_environment(settings: dict[str, Setting], environment: Environment, *, 
 
 
 def apply_overrides(tree: trees.Tree, overrides: tuple[str, ...], base: Base | None = None, *,
-                    has_file: bool = True) -> Applied:
+                    has_file: bool = True, at: tuple[Origin, ...] = ()) -> Applied:
     """The tree with ``--set`` overrides applied, in order, as the frameworks apply them.
 
     ``base``: what the config holds beyond ``tree``; by default the files are the whole config (or, without
     a file, nothing is known). A refused override is left out and noted with upstream's message; one whose
-    outcome depends on what the checker lacks is applied and noted as unverified.
+    outcome depends on what the checker lacks is applied and noted as unverified. ``at``: where the first
+    overrides were written (a launch command's words), for their origins.
     """
     if not overrides:
         return Applied(tree)
@@ -97,12 +105,15 @@ def apply_overrides(tree: trees.Tree, overrides: tuple[str, ...], base: Base | N
         try:
             parsed.append(parse_override(text))
         except OverrideSyntaxError as err:
-            raise InputError(f"--set #{index}", f"{text!r}: {err}") from None
+            where = at[index - 1].describe() if index <= len(at) else f"--set #{index}"
+            raise InputError(where, f"{text!r}: {err}") from None
     config = Config(tree, base)
     refused: list[OverrideNote] = []
     unverified: list[OverrideNote] = []
     for index, override in enumerate(parsed, start=1):
         origin = Origin(arg=f"--set #{index}", key=override.key, note=override.text)
+        if index <= len(at):
+            origin = replace(at[index - 1], key=override.key, note=override.text)
         outcome = config.apply(override, origin)
         if outcome.refused is not None:
             refused.append(OverrideNote(index, override.text, origin, REFUSED_PREFIX + outcome.refused))

@@ -97,6 +97,9 @@ def load(request: Request) -> list[CanonicalConfig]:
             words = script_tokens(read_text(path), path)
             for source in runs.values():
                 source.words += words
+    if request.words is not None:  # a launch command's words, each with its line
+        for source in runs.values():
+            source.words += list(request.words)
     if request.argv is not None:
         words = argv_tokens(request.argv)
         for source in runs.values():

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.config import CanonicalConfig, Ignored, Origin, Rejected, Setting, Unrecognised
+from checks.config import CanonicalConfig, Ignored, Origin, Rejected, Setting, Unknown, Unrecognised
 from checks.errors import InputError
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
@@ -117,7 +117,8 @@ def load(request: Request) -> list[CanonicalConfig]:
         raise InputError(request.files[1], "NeMo-RL reads one config file (its parents come from `defaults:`); "
                                            "give the others with --set")
     tree: trees.Tree = _load_with_defaults(request.files[0], ()) if request.files else {}
-    applied = apply_overrides(tree, request.overrides, has_file=bool(request.files))  # the file is the whole config
+    applied = apply_overrides(tree, request.overrides, has_file=bool(request.files),
+                             at=request.override_at)  # the file is the whole config
     tree = applied.tree
     # The switches first: they decide which sections NeMo-RL reads, and only those are resolved.
     tree = interpolation.resolve(tree, _SWITCHES)
@@ -368,6 +369,7 @@ def _canonical(tree: trees.Tree, model: _Model, request: Request, existing: set[
             if isinstance(node, Setting):
                 mapper.settings[path] = node
     mapper.settings.update(model.run)
+    unknown = _checkpoint(mapper.settings, prof)
     reason, whole = _not_built(model, enabled, version)
     if reason is not None:
         if whole:  # the whole section is unread, not only its unknown keys: they are unused like the rest
@@ -392,8 +394,32 @@ def _canonical(tree: trees.Tree, model: _Model, request: Request, existing: set[
         spelling=NemoRlSpelling(model.base, prof, existing, keys, mapper.first_class, homes=model.homes,
                                 home=model.home, mc=model.mc),
         unrecognised=tuple(mapper.unrecognised), ignored=tuple(mapper.ignored), rejected=tuple(mapper.rejected),
-        inputs=request.files, environment=request.environment,
+        inputs=request.files, environment=request.environment, unknown=unknown, launch=request.launch,
     )
+
+
+def _checkpoint(settings: dict[str, Setting], prof: Profile) -> dict[str, Unknown]:
+    """The model's dimensions, from the Hugging Face checkpoint ``model_name`` names (the model catalogue).
+
+    NeMo-RL builds the Megatron model from the checkpoint's config through Megatron Bridge, then sets what
+    ``megatron_cfg`` gives over it (nemo_rl/models/megatron/setup.py), so a value the config states wins. A
+    checkpoint the catalogue does not hold leaves the dimensions unknown.
+    """
+    from checks.loaders.checkpoint import ARCH_PATHS, CATALOGUE, values
+    from checks.models import lookup
+
+    name = settings.get("run.model_name")
+    if name is None or not isinstance(name.value, str):
+        return {}
+    arch = lookup(name.value)
+    if arch is None:
+        return {path: Unknown(f"{name.value} is not in the model catalogue (checks/data/models.json)",
+                              "--set of the field under megatron_cfg, or a config whose model_name the catalogue "
+                              "holds") for path in ARCH_PATHS if path not in settings}
+    for path, value in values(arch, prof).items():
+        settings.setdefault(path, Setting(value, Origin(file=f"{CATALOGUE}{arch.hf_id}", key=path,
+                                                        note=arch.source)))
+    return {}
 
 
 def _role_note(model: _Model) -> str:

@@ -140,7 +140,7 @@ class ShapeUnknown:
 
 def shape_from(ctx: Context) -> tuple[ModelShape, Parallelism] | ShapeUnknown:
     """The model's shape and layout from a canonical config, or why they cannot be known."""
-    if ctx.flavor == "nemo-rl":
+    if ctx.flavor == "nemo-rl" and not from_catalogue(ctx):
         return ShapeUnknown(checkpoint=f"{ctx.cfg.target or 'policy'}.model_name")
     unmodelled = _unmodelled(ctx)
     if unmodelled is not None:
@@ -198,10 +198,27 @@ def _required(ctx: Context) -> list[tuple[str, str]]:
             if p.startswith("run.") or ctx.exists(p)]  # fields the selected version does not have are moot
 
 
+
+
+def from_catalogue(ctx: Context) -> bool:
+    """The dimensions come from the model catalogue's row for the checkpoint (a NeMo-RL model_name, a recipe's
+    Hugging Face id): the provider's other fields are then the model bridge's, read as their defaults."""
+    setting = ctx.setting("model.num_layers")
+    from checks.loaders.checkpoint import CATALOGUE
+
+    return setting is not None and (setting.origin.file or "").startswith(CATALOGUE)
+
+
 def _missing(ctx: Context) -> list[str]:
     if ctx.flavor == "megatron-lm":
         return [name for name, path in _required(ctx) if ctx.get(path) is None]
+    if from_catalogue(ctx):
+        return [name for name, path in _required(ctx) if not ctx.is_set(path) and path in _CATALOGUE_PATHS]
     return [name for name, path in _required(ctx) if not ctx.is_set(path)]
+
+
+_CATALOGUE_PATHS = frozenset({"model.num_layers", "model.hidden_size", "model.num_attention_heads",
+                              "model.ffn_hidden_size", "run.vocab_size"})
 
 
 def _int(ctx: Context, path: str, default: int) -> int:

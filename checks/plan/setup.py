@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from checks.context import Context
-from checks.model.shape import ModelShape, Parallelism, ShapeUnknown, shape_from
+from checks.loaders.checkpoint import CATALOGUE
+from checks.model.shape import ModelShape, Parallelism, ShapeUnknown, from_catalogue, shape_from
 from checks.plan.memory import Offload, Training
 from checks.plan.presets import PRESETS, Preset, preset_for_model_name
 
@@ -57,6 +58,8 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
     matching NeMo-RL's ``model_name`` for this model.
     """
     found = shape_from(ctx)
+    if preset is not None and not isinstance(found, ShapeUnknown) and from_catalogue(ctx):
+        found = ShapeUnknown(checkpoint="model_name")  # the preset the user names over the catalogue's row
     if isinstance(found, ShapeUnknown):
         preset = preset or preset_for_model_name(str(ctx.get("run.model_name") or ""))
         if preset is None:
@@ -98,6 +101,12 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | ShapeUnknown, dat
     else:
         shape, par = found
         default_seq_length = 4096
+        if from_catalogue(ctx):
+            layers = ctx.setting("model.num_layers")
+            assert layers is not None and layers.origin.file is not None
+            source = f"config (model from the model catalogue: {layers.origin.file.removeprefix(CATALOGUE)})"
+            notes.append(f"model dimensions from the model catalogue ({layers.origin.note}); the provider's other "
+                         "fields (biases, QK norm) at their defaults")
     cp = _int(ctx, "model.context_parallel_size", 1)
     dp = data_parallel or _nemo_rl_data_parallel(ctx, par, cp)
     if dp is None:

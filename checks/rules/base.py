@@ -28,6 +28,7 @@ class Example:
     te: str | None = None  # --te-version for the example; None: unknown
     nemo_rl: str | None = None  # --nemo-rl-version; None: the default
     overrides: tuple[str, ...] = ()  # --set KEY=VALUE, applied to the YAML
+    complete: bool = True  # the YAML is the whole config (--assume-defaults): what it leaves out holds its default
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Hit:
     at: tuple[str, ...] = ()  # other paths to locate the finding by when ``path`` was not set
     origin: Origin | None = None  # an explicit location (keys that have no canonical path)
     severity: str | None = None  # overrides the rule's severity (rarely: when consequences differ by version)
+    paths: tuple[str, ...] = ()  # every path the finding is about, when it is about several (CFG010's values)
 
 
 Check = Callable[["Context"], Iterable[Hit]]
@@ -62,6 +64,7 @@ class Rule:
     until: str | None = None  # last version it applies to
     flavors: frozenset[str] = ALL_FLAVORS
     upstream: tuple[UpstreamCheck, ...] = ()
+    last: bool = False  # runs after every other rule (it reports what the others could not decide)
 
     @property
     def doc(self) -> str:

@@ -180,6 +180,38 @@ def _override_fix(ctx: Context, text: str, error: str) -> str:
            "for a list item)"
 
 
+def check_undecided(ctx: Context) -> Iterator[Hit]:
+    """A value some rule needs that none of the inputs state, so that rule cannot decide.
+
+    What it checks:
+        Runs after every other rule. A rule that reads a value no input states (a field an
+        override file leaves to the recipe it goes with, one a recipe sets in a way the recipe
+        catalogue could not evaluate, the dimensions of a checkpoint the model catalogue does not
+        hold) is not allowed to report what it would conclude from megatron-core's default.
+        Instead this finding names the value, why it is unknown, the rules that could not
+        decide, and how to state it. The verdict is then "ok with N values unknown", not "ok".
+
+    Why it matters:
+        Unknown is not a default. A recipe sets CUDA graphs, pipeline sizes and optimizer
+        dtypes that megatron-core refuses with offloading; reading them as defaults says "ok" on
+        jobs that crash after they are scheduled.
+
+    Source:
+        Goes beyond upstream: what the checker does not know about the job.
+    """
+    groups: dict[tuple[str, str], list[str]] = {}  # one finding per reason: a recipe not given is one cause
+    for path in sorted(ctx.undecided):
+        unknown = ctx.cfg.unknown_at(path)
+        if unknown is not None:
+            groups.setdefault((unknown.reason, unknown.supply), []).append(path)
+    for (reason, supply), paths in groups.items():
+        listed = "; ".join(f"{p} ({', '.join(dict.fromkeys(ctx.undecided[p]))})" for p in paths)
+        count = f"{len(paths)} value{'s' if len(paths) != 1 else ''}"
+        yield Hit(paths[0], f"{count} the rules need {'are' if len(paths) != 1 else 'is'} unknown, because {reason}; "
+                  f"the rules named could not decide: {listed}", f"State {'them' if len(paths) != 1 else 'it'}: "
+                  f"{supply}", at=tuple(paths[1:]), paths=tuple(paths))
+
+
 def check_unverified_override(ctx: Context) -> Iterator[Hit]:
     """A `--set` override whose outcome depends on a config the checker was not given.
 
@@ -518,6 +550,12 @@ RULES: tuple[Rule, ...] = (
          good=Example("model:\n  num_layers: 8\n",
                       overrides=("model.cpu_offloading=true", "model.cpu_offloading_num_layers=2")),
          flavors=frozenset({"bridge", "nemo-rl"}), upstream=(up.BRIDGE_OVERRIDE_REFUSED, up.NRL_OVERRIDE_REFUSED)),
+    Rule("CFG010", "value-unknown", INFO, check_undecided,
+         bad=Example("model:\n  num_layers: 8\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n",
+                     complete=False),
+         good=Example("_target_: megatron.bridge.training.config.ConfigContainer\nmodel:\n  num_layers: 8\n"
+                      "  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n", complete=False),
+         flavors=frozenset({"bridge", "nemo-rl"}), last=True),
     Rule("CFG009", "override-unverified", INFO, check_unverified_override,
          bad=Example("model:\n  num_layers: 8\n", overrides=("+model.recompute_granularity=full",)),
          good=Example("model:\n  num_layers: 8\n", overrides=("++model.recompute_granularity=full",)),
