@@ -94,7 +94,8 @@ def _parser() -> argparse.ArgumentParser:
                           "and what to set", epilog=_PLAN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("files", nargs="*", metavar="FILE", help="a config, as for check (or use --preset)")
     plan.add_argument("--preset", action="append", default=[], metavar="[TARGET=]NAME",
-                      help="a model by name: " + ", ".join(_preset_names()) + "; with a config, the model "
+                      help="a model by name: " + ", ".join(_preset_names()) + ", or a Hugging Face id the model "
+                      "catalogue holds (e.g. Qwen/Qwen3-8B); with a config, the model "
                       "when the config does not state its dimensions (NAME: for the first trained model and "
                       "those with its model_name; TARGET=NAME: for one NeMo-RL model, e.g. teacher=NAME)")
     plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -379,7 +380,7 @@ def _plan(args: argparse.Namespace) -> int:
     from checks.plan.recommend import Budget
     from checks.plan.setup import from_preset
 
-    if not (args.preset or args.files or args.argv or args.overrides or args.command_line):
+    if not (args.preset or args.files or args.argv or args.overrides or args.command_line or args.recipe):
         raise InputError("plan", "give a config (FILE, --set, --argv), --preset NAME, or both (the preset then "
                                  "supplies the model when the config does not state its dimensions)")
     if not 0 <= args.headroom < 1 or not 0 < args.mfu <= 1:
@@ -397,7 +398,7 @@ def _plan(args: argparse.Namespace) -> int:
                            name=f"{hardware.name} with {args.gpu_memory_gib:g} GiB")
     budget = Budget(hardware, args.headroom, mfu=args.mfu)
     preset, per_target = _presets(args.preset)
-    if not (args.files or args.argv or args.overrides or args.command_line):
+    if not (args.files or args.argv or args.overrides or args.command_line or args.recipe):
         if preset is None:
             raise InputError("--preset", "TARGET=NAME names a model of a config; give a config, or --preset NAME")
         entries: list[Entry] = [_planned(_adjust(from_preset(preset), args), budget)]
@@ -411,20 +412,27 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _presets(given: Sequence[str]) -> tuple[Preset | None, dict[str, Preset]]:
     """``--preset NAME`` and ``--preset TARGET=NAME`` (repeatable): the bare one, and one per model."""
-    from checks.plan.presets import PRESETS
+    from checks.plan.presets import PRESETS, catalogue_preset, preset_for_model_name
 
     bare: list[Preset] = []
     per_target: dict[str, Preset] = {}
     for text in given:
-        target, eq, name = text.rpartition("=")
-        if name not in PRESETS:
-            raise InputError("--preset", f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+        target, eq, name = text.rpartition("=") if "=" in text else ("", "", text)
+        found = PRESETS.get(name) or (preset_for_model_name(name) if "/" in name else None)
+        if found is None and "/" in name:  # a Hugging Face id: the model catalogue's row
+            built = catalogue_preset(name)
+            if isinstance(built, str):
+                raise InputError("--preset", built)
+            found = built
+        if found is None:
+            raise InputError("--preset", f"unknown preset {name!r}; known: {', '.join(PRESETS)}, or a Hugging Face "
+                                         "id the model catalogue holds")
         if not eq:
-            bare.append(PRESETS[name])
+            bare.append(found)
         elif not target or target in per_target:
             raise InputError("--preset", f"{text!r}: give each model once, as TARGET=NAME")
         else:
-            per_target[target] = PRESETS[name]
+            per_target[target] = found
     if len(bare) > 1:
         raise InputError("--preset", "give one --preset NAME; name the other models with --preset TARGET=NAME")
     return (bare[0] if bare else None), per_target
@@ -438,7 +446,8 @@ def _plan_models(configs: Sequence[CanonicalConfig], preset: Preset | None, per_
     from checks.plan.render import Unplanned
     from checks.plan.setup import Job, from_config
 
-    where = args.files[0] if args.files else "--argv" if args.argv else "--set"
+    where = args.files[0] if args.files else "--command" if args.command_line else \
+        f"--recipe {args.recipe}" if args.recipe else "--argv" if args.argv else "--set"
     labels = [cfg.target for cfg in configs if cfg.target]
     if unknown := sorted(set(per_target) - set(labels)):
         raise InputError("--preset", f"no model {unknown[0]!r} in this config; its models: "

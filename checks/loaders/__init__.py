@@ -54,6 +54,8 @@ def launches_of(request: Request) -> list[Launch] | None:
     A script without a Bridge or NeMo-RL launch is left to the Megatron-LM reader, which scans its flags (as
     before launch commands were read) unless it finds a ``pretrain_*.py`` launch.
     """
+    if request.command is None and not (request.files and request.files[0].endswith((".sh", ".bash"))):
+        return None  # a config file: the launch reader (argparse replicas, the shell) is not imported
     from checks.loaders.launch import read
 
     if request.command is not None:

@@ -89,6 +89,11 @@ def load(request: Request) -> list[CanonicalConfig]:
     if recipe is not None and dump is None:
         tree = _with_mixed_precision(tree, recipe, request.version)
     cfg = _canonical(tree, request, nested, base)
+    if recipe is not None and recipe.hf_model is not None:  # the checkpoint, for the planner's presets
+        at, _, line = recipe.where(recipe.defined).rpartition(":")
+        cfg = replace(cfg, settings={**cfg.settings, "run.model_name": Setting(recipe.hf_model, Origin(
+            at, int(line) if line.isdigit() else None, key="model", note=f"the recipe {recipe.name} builds its "
+            "model with AutoBridge.from_hf_pretrained"))})
     cfg = replace(cfg, unknown=_unknown(recipe, dump is not None or request.assume_defaults),
                   launch=request.launch, inputs=request.files or ((request.launch,) if request.launch else ()))
     return applied.attach([cfg])

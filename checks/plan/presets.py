@@ -9,7 +9,7 @@ the planner, not a recipe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checks.model.shape import HybridShape, MLAShape, ModelShape, MoEShape, Parallelism
 
@@ -97,3 +97,43 @@ def preset_for_model_name(name: str) -> Preset | None:
         if name in preset.hf_ids:
             return preset
     return None
+
+
+def catalogue_preset(hf_id: str) -> Preset | str:
+    """A preset for a Hugging Face id from the model catalogue (``checks/data/models.json``), or why there is none.
+
+    Dense and MoE models with standard attention only: multi-latent attention and hybrid (Mamba) layouts need
+    head dimensions and mixer sizes the catalogue does not hold. The parallel layout is the planner's default
+    (TP1), for ``--set`` or the config to change.
+    """
+    from checks.models import closest, lookup
+
+    arch = lookup(hf_id)
+    if arch is None:
+        near = closest(hf_id)
+        return (f"{hf_id!r} is neither a preset ({', '.join(PRESETS)}) nor in the model catalogue"
+                + (f"; closest ids: {', '.join(near)}" if near else ""))
+    if arch.multi_latent_attention or arch.architecture == "hybrid":
+        return f"{hf_id} uses {'multi-latent attention' if arch.multi_latent_attention else 'Mamba layers'}, whose " \
+               "dimensions the model catalogue does not hold; use a preset (--preset NAME)"
+    needed = {"num_layers": arch.num_layers, "hidden_size": arch.hidden_size, "ffn_hidden_size": arch.ffn_hidden_size,
+              "num_attention_heads": arch.num_attention_heads, "vocab_size": arch.vocab_size}
+    if missing := [name for name, value in needed.items() if not value]:
+        return f"the model catalogue's row for {hf_id} lacks {', '.join(missing)} ({arch.source})"
+    layers = int(arch.num_layers or 0)
+    moe = None
+    if arch.num_moe_experts:
+        freq = arch.moe_layer_freq if arch.moe_layer_freq is not None else 1
+        pattern = tuple(bool(v) for v in freq) if isinstance(freq, tuple) else \
+            tuple(i % int(freq) == 0 for i in range(layers))
+        moe = MoEShape(num_experts=arch.num_moe_experts, ffn_hidden_size=int(arch.moe_ffn_hidden_size or 0),
+                       shared_expert_size=int(arch.moe_shared_expert_intermediate_size or 0), shared_expert_gate=False,
+                       layers=pattern, expert_layout="grouped")
+    shape = replace(_gpt(layers, int(arch.hidden_size or 0), int(arch.num_attention_heads or 0),
+                         int(arch.num_query_groups or arch.num_attention_heads or 0), int(arch.ffn_hidden_size or 0),
+                         int(arch.vocab_size or 0), kv=int(arch.kv_channels or 0),
+                         gated=arch.gated_linear_unit is not False, moe=moe),
+                    tied_embeddings=bool(arch.share_embeddings_and_output_weights),
+                    layernorm_bias=arch.normalization == "LayerNorm")
+    return Preset(hf_id, f"{hf_id} from the model catalogue", shape, Parallelism(tensor=1), 4096, 1,
+                  (f"model catalogue: {arch.source}",), (hf_id,))
