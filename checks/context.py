@@ -48,7 +48,21 @@ class Context:
         return section in ("env", "run") or self.profile.field(section, name) is not None
 
     def is_set(self, path: str) -> bool:
+        """Whether an input states ``path`` (for messages; a decision on it uses :meth:`stated`)."""
         return path in self.cfg.settings
+
+    def stated(self, path: str) -> bool:
+        """Whether ``path`` holds a value the job was given, for a rule that decides on it.
+
+        For a value no input states, the answer is not known: the read is noted, so that the engine tries the
+        value stated (with a stand-in) as well as not stated before it trusts the rule's outcome.
+        """
+        if path in self.cfg.settings:
+            return True
+        if self.cfg.unknown_at(path) is not None:
+            self.unknown_reads.add(path)
+            return path in self.stand_in
+        return False
 
     def known(self, path: str) -> bool:
         """False for a value no input states: a model-shape field left out (the recipe or checkpoint holds it),

@@ -11,6 +11,7 @@ import argparse
 import ast
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -316,13 +317,64 @@ def test_a_nemo_rl_launch_reads_its_config_and_overrides_in_order(tmp_path: Path
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["check", str(script), "--format", "json"])
-    document = __import__("json").loads(out.getvalue())
+    document = json.loads(out.getvalue())
     assert code == 1, out.getvalue()
     (finding,) = [f for f in document["findings"] if f["rule"] == "FGA013"]
     # NeMo-RL refuses a MoE-only module on a dense checkpoint (NVIDIA-NeMo/RL@7ea279ab:
     # nemo_rl/models/megatron/setup.py:1196-1206); Qwen3-4B is dense per the model catalogue.
     assert finding["severity"] == "error" and finding["location"]["line"] == 4
     assert finding["upstream"]["message"].startswith("A MoE-only offload module requires a MoE model")
+
+
+# --- recipes and checkpoints ------------------------------------------------------------------------------------
+
+
+def test_a_recipe_launch_checks_what_the_recipe_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    """The shape of the command in Bridge's CPU-offloading skill: the recipe turns on TE CUDA graphs
+    (Megatron-Bridge@067f987d:src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py:213), which megatron-core refuses
+    with CPU offloading (NVIDIA/Megatron-LM@2a75ac12:megatron/core/transformer/transformer_config.py:2560), and
+    leaves optimizer_offload_fraction at its 0.0 default."""
+    code = main(["check", "--mcore-version", "main@2a75ac12", "--format", "json", "--", "torchrun",
+                 "--nproc-per-node=8", "scripts/training/run_recipe.py", "--recipe", "qwen3_30b_a3b_pretrain_config",
+                 "model.cpu_offloading=True", "model.cpu_offloading_num_layers=12",
+                 "optimizer.optimizer_cpu_offload=True"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and document["status"] == "fail"
+    by_rule = {f["rule"]: f for f in document["findings"]}
+    assert set(by_rule) == {"ACT004", "OPT001"}
+    assert by_rule["ACT004"]["location"] == {
+        "file": "NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py",
+        "line": 213, "arg": None}
+    assert by_rule["OPT001"]["location"]["arg"] == "--command word 8"
+
+
+def test_an_override_file_without_its_recipe_is_incomplete_not_ok(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "override.yaml"
+    path.write_text("optimizer:\n  optimizer_cpu_offload: true\n")
+    assert main(["check", str(path), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["status"] == "incomplete" and document["summary"]["unknown"] > 0
+    (unknown,) = [f for f in document["findings"] if f["rule"] == "CFG010"]
+    assert "optimizer.optimizer_offload_fraction" in unknown["paths"] and "OPT001" in unknown["message"]
+    # with the recipe the fraction is known: the Llama-3 8B recipe leaves it at 0.0 (OPT001)
+    assert main(["check", str(path), "--recipe", "llama3_8b_pretrain_config", "--format", "json"]) == 1
+    assert "OPT001" in {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert main(["check", str(path), "--strict"]) == 1  # --strict fails on unknown values too
+    capsys.readouterr()
+
+
+def test_a_nemo_rl_checkpoint_the_catalogue_lacks_is_unknown_with_the_closest_ids(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    code = main(["check", "examples/configs/nemo-rl/grpo_megatron_base.yaml", "--set",
+                 "policy.model_name=Qwen/Qwen3-4B-Bse", "--set",
+                 "policy.megatron_cfg.fine_grained_activation_offloading=true",
+                 "--set", "policy.megatron_cfg.offload_modules=[moe_act]", "--format", "json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0 and document["status"] == "incomplete"
+    (unknown,) = [f for f in document["findings"] if f["rule"] == "CFG010"]
+    assert "closest ids it holds: Qwen/Qwen3-4B" in unknown["message"] and "FGA013" in unknown["message"]
 
 
 # --- bad input --------------------------------------------------------------------------------------------------
@@ -336,6 +388,10 @@ def test_a_nemo_rl_launch_reads_its_config_and_overrides_in_order(tmp_path: Path
     (["check", "--command", "uv run examples/run_grpo.py --config examples/configs/nemo-rl/grpo_offload.yaml "
       "'policy.x=[1'"], "policy.x=[1"),
     (["check", "--", "echo", "hi"], "starts no training script"),
+    (["check", "--", "python", "scripts/training/run_recipe.py", "--recipe", "llama3_8b_pretrain_confg"],
+     "closest: llama3_8b_pretrain_config"),
+    (["check", "--recipe", "qwen3_30b_a3b_pretrain"], "'qwen3_30b_a3b_pretrain' is not a recipe of Megatron Bridge"),
+    (["plan", "--preset", "Qwen/Qwen3-9B"], "closest ids: Qwen/Qwen3-8B"),
 ])
 def test_a_launch_the_checker_cannot_read_is_exit_2_with_one_line(argv: list[str], message: str,
                                                                    capsys: pytest.CaptureFixture[str],

@@ -2170,8 +2170,25 @@ def _line(sources: Sources, path: str, needle: str) -> int:
     raise SystemExit(f"{needle!r} not found in {path}: the tool needs updating for this Bridge commit")
 
 
+# Tables written one entry per line, so that the checker can read the one recipe it needs (and its bases)
+# without parsing the rest (checks/loaders/bridge_recipe.py, `_Table`): a launch is checked at start-up speed.
+LINED = ("recipes", "templates")
+
+
 def dump(data: dict[str, Any]) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n"
+    """Valid JSON, keys sorted: every top-level key on a line of its own, and each entry of the ``LINED``
+    tables on a line of its own."""
+    def compact(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    parts = []
+    for key in sorted(data):
+        if key in LINED:
+            entries = ",\n".join(f"{compact(name)}:{compact(data[key][name])}" for name in sorted(data[key]))
+            parts.append(f"{compact(key)}:{{\n{entries}\n}}")
+        else:
+            parts.append(f"{compact(key)}:{compact(data[key])}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

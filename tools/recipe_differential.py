@@ -48,7 +48,7 @@ AGREE, UNDECIDED = "agree", "undecided"
 
 def recipes(count: int) -> list[str]:
     """``count`` recipes, library and benchmark, in the order of a hash of the name (stable across runs)."""
-    names = sorted(k for k in catalogue()["recipes"] if "." not in k)
+    names = sorted(k for k in catalogue().names("recipes") if "." not in k)
     return sorted(names, key=lambda n: hashlib.sha256(n.encode()).hexdigest())[:count]
 
 

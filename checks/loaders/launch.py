@@ -210,6 +210,11 @@ class Launch:
     dataset: str | None = None
     environment: Mapping[str, Setting] = field(default_factory=dict)  # exports and VAR=value prefixes
     notes: tuple[str, ...] = ()  # what the launcher itself did, for the report
+    command_words: tuple[Word, ...] = field(default=(), repr=False, compare=False)  # for "word N" positions
+
+    def position(self, word: Word) -> int:
+        """1-based position of ``word`` on the command line (0 when it is not one of its words)."""
+        return next((i for i, w in enumerate(self.command_words, start=1) if w is word), 0)
 
 
 class _Refused(Exception):
@@ -254,7 +259,8 @@ def _launch(command: Command, start: _Start, where: str, file: str | None) -> La
     env = {name_: Setting(word.text, Origin(file, word.line or None, arg=None if file else where, key=name_,
                                             note="exported by the launch script" if file else "command prefix"))
            for name_, word in {**command.env, **start.env}.items() if not word.unresolved}
-    base = Launch("", at, file, command.line, script.text, cwd=command.cwd, environment=env)
+    base = Launch("", at, file, command.line, script.text, cwd=command.cwd, environment=env,
+                  command_words=command.words)
     if script.unresolved:
         raise InputError(at, f"the script {script.text!r} holds a shell expansion the checker cannot perform; "
                              "write the script path out")
@@ -268,18 +274,20 @@ def _launch(command: Command, start: _Start, where: str, file: str | None) -> La
     if name.startswith("run_") and name.endswith(".py"):
         return _nemo_rl(start.args, base, where)
     if (name.startswith("pretrain_") and name.endswith(".py")) or name == "train_rl.py":
-        tokens = tuple(Token(w.text, Origin(file, w.line or None, arg=None if file else f"{where} word {i}",
-                                            key=w.text), "a shell variable the checker cannot resolve"
-                             if w.unresolved else "") for i, w in enumerate(start.args, start=1))
+        tokens = tuple(Token(w.text, Origin(file, w.line or None, arg=None if file else
+                                            f"{where} word {base.position(w)}", key=w.text),
+                             "a shell variable the checker cannot resolve" if w.unresolved else "")
+                       for w in start.args)
         return replace(base, flavor="megatron-lm", words=tokens)
     raise InputError(at, f"{script.text}: not a training script the checker knows (Megatron Bridge "
                          "scripts/training/run_recipe.py, train.sh or setup_experiment.py; NeMo-RL "
                          "examples/run_*.py; Megatron-LM pretrain_*.py); check its config directly")
 
 
-def _origin(word: Word, file: str | None, where: str, index: int) -> Origin:
-    return Origin(file, word.line or None, arg=None if file else f"{where} word {index}", key=word.text.split("=")[0],
-                  note=word.text)
+def _origin(word: Word, base: Launch) -> Origin:
+    where = base.where.rpartition(":")[0] if base.file is None else base.where
+    return Origin(base.file, word.line or None, arg=None if base.file else f"{where} word {base.position(word)}",
+                  key=word.text.split("=")[0], note=word.text)
 
 
 # --- Megatron Bridge ---------------------------------------------------------------------------------------------
@@ -449,11 +457,13 @@ def _bridge(args: Sequence[Word], base: Launch, where: str) -> Launch:
     origins: list[Origin] = []
     for text in parsed.overrides[:parsed.trailing_from]:
         flag = _flag_word(args, text)
-        origins.append(Origin(file, flag.line or None if flag else None,
-                              arg=None if file else f"{where} {flag.text if flag else text}",
-                              key=text.split("=", 1)[0], note=f"run_recipe.py turns {flag.text if flag else ''} "
-                              f"into {text} ({RUN_RECIPE}:274-283)"))
-    origins += [_origin(w, file, where, i) for i, w in trailing]
+        if flag is None:  # argparse found it, so a word names it; keep the override's text as the key
+            origins.append(Origin(file, None, arg=None if file else where, key=text.split("=", 1)[0], note=text))
+            continue
+        located = _origin(flag, base)
+        origins.append(replace(located, key=text.split("=", 1)[0],
+                               note=f"run_recipe.py turns {flag.text} into {text} ({RUN_RECIPE}:274-283)"))
+    origins += [_origin(w, base) for _, w in trailing]
     return replace(base, flavor="bridge", overrides=parsed.overrides, override_origins=tuple(origins),
                    recipe=parsed.recipe, mode=parsed.mode, dataset=parsed.dataset)
 
@@ -510,7 +520,7 @@ def parse_nemo_rl(argv: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def _nemo_rl(args: Sequence[Word], base: Launch, where: str) -> Launch:
-    at, file, script = base.where, base.file, base.script
+    at, script = base.where, base.script
     try:
         config, overrides = parse_nemo_rl([w.text for w in args])
     except ValueError as err:
@@ -527,6 +537,6 @@ def _nemo_rl(args: Sequence[Word], base: Launch, where: str) -> Launch:
         if word.unresolved and word.text in overrides:
             raise InputError(f"{where}:{word.line}", f"{word.text!r} holds a shell expansion the checker cannot "
                                                      "perform; write the value out")
-    origins = tuple(_origin(w, file, where, i) for i, w in _matching(args, overrides))
+    origins = tuple(_origin(w, base) for _, w in _matching(args, overrides))
     return replace(base, flavor="nemo-rl", files=(config,), overrides=tuple(overrides), override_origins=origins,
                    notes=tuple(notes))

@@ -413,9 +413,14 @@ def _checkpoint(settings: dict[str, Setting], prof: Profile) -> dict[str, Unknow
         return {}
     arch = lookup(name.value)
     if arch is None:
-        return {path: Unknown(f"{name.value} is not in the model catalogue (checks/data/models.json)",
-                              "--set of the field under megatron_cfg, or a config whose model_name the catalogue "
-                              "holds") for path in ARCH_PATHS if path not in settings}
+        from checks.models import closest
+
+        near = closest(name.value)
+        hint = f" (closest ids it holds: {', '.join(near)})" if near else ""
+        return {path: Unknown(f"{name.value}, the checkpoint {name.origin.key or 'model_name'} names, is not in the "
+                              f"model catalogue (checks/data/models.json){hint}",
+                              "the field under megatron_cfg (NeMo-RL sets it over the checkpoint's), or a "
+                              "model_name the catalogue holds") for path in ARCH_PATHS if path not in settings}
     for path, value in values(arch, prof).items():
         settings.setdefault(path, Setting(value, Origin(file=f"{CATALOGUE}{arch.hf_id}", key=path,
                                                         note=arch.source)))

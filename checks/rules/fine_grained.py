@@ -199,14 +199,14 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     if ctx.get(_SWITCH):
         return
     modules = ctx.get(_MODULES)
-    if ctx.is_set(_MODULES) and modules and not _forced_off(ctx):
+    if ctx.stated(_MODULES) and modules and not _forced_off(ctx):
         yield Hit(_MODULES, f"offload_modules={modules} has no effect because fine_grained_activation_offloading "
                   "is false", "Set fine_grained_activation_offloading=true, or remove offload_modules",
                   patch={_SWITCH: True} if not ctx.get("model.cpu_offloading") else None)
     for name in ("min_offloaded_tensor_size", "activation_offload_fraction", "delta_offload_bytes_across_pp_ranks",
                  "fine_grained_offloading_max_inflight_offloads", "delay_offload_until_cuda_graph"):
         path = f"model.{name}"
-        if not (ctx.exists(path) and ctx.is_set(path)):
+        if not (ctx.exists(path) and ctx.stated(path)):
             continue
         spec = ctx.profile.field("model", name)
         if spec is not None and ctx.get(path) != spec.default:
@@ -369,7 +369,7 @@ def check_paged_stash_modules(ctx: Context) -> Iterator[Hit]:
     """
     if not ctx.get("model.moe_paged_stash"):
         return
-    if ctx.is_set(_MODULES) and ctx.get(_MODULES) is None:
+    if ctx.stated(_MODULES) and ctx.get(_MODULES) is None:
         # megatron-core computes set(offload_modules) here without a None check
         yield Hit(_MODULES, "moe_paged_stash=true with offload_modules: null: megatron-core fails with "
                   "\"TypeError: 'NoneType' object is not iterable\"", "Write offload_modules: [] instead of null",
@@ -425,7 +425,7 @@ def check_moe_modules_on_dense(ctx: Context) -> Iterator[Hit]:
     moe = sorted(_modules(ctx) & _MOE_MODULES)
     if not (ctx.get(_SWITCH) and moe):
         return
-    if ctx.is_set("model.num_moe_experts") and not ctx.get("model.num_moe_experts"):
+    if ctx.stated("model.num_moe_experts") and not ctx.get("model.num_moe_experts"):
         # NeMo-RL tests `num_moe_experts is None`, so 0 passes its check
         # (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/megatron/setup.py:1199-1203).
         refused = ctx.flavor == "nemo-rl" and ctx.get("model.num_moe_experts") is None
@@ -434,7 +434,7 @@ def check_moe_modules_on_dense(ctx: Context) -> Iterator[Hit]:
                   f"{ctx.get('model.num_moe_experts')!r}): they offload nothing",
                   "Use dense modules such as core_attn and attn_proj", upstream=upstream,
                   severity=ERROR if upstream else None)
-    elif ctx.is_set("model.moe_grouped_gemm") and ctx.get("model.moe_grouped_gemm") is False:
+    elif ctx.stated("model.moe_grouped_gemm") and ctx.get("model.moe_grouped_gemm") is False:
         yield Hit(_MODULES, f"offload_modules has {moe} but moe_grouped_gemm=false: only the grouped-GEMM expert "
                   "MLP offloads them", "Set moe_grouped_gemm=true, or offload other modules",
                   patch={"model.moe_grouped_gemm": True})
@@ -468,7 +468,7 @@ def check_fused_norms(ctx: Context) -> Iterator[Hit]:
     modules = _modules(ctx)
     if not ctx.get(_SWITCH) or ctx.get("model.transformer_impl") != "transformer_engine":
         return
-    dense = ctx.is_set("model.num_moe_experts") and not ctx.get("model.num_moe_experts")
+    dense = ctx.stated("model.num_moe_experts") and not ctx.get("model.num_moe_experts")
     real_input_norm = _real_input_norm(ctx) if "attn_norm" in modules else True
     idle = [m for m in ("attn_norm", "mlp_norm")
             if m in modules and (real_input_norm is False if m == "attn_norm" else dense)]
@@ -495,7 +495,7 @@ def _real_input_norm(ctx: Context) -> bool | None:
     variant = ctx.get("model.experimental_attention_variant")
     if variant == "dsa":  # DSA's indexer needs the normalised input, so the norm stays a module
         return True
-    if not (complete or ctx.is_set("model.multi_latent_attention")):
+    if not (complete or ctx.stated("model.multi_latent_attention")):
         return None
     if not ctx.get("model.multi_latent_attention"):
         return False

@@ -327,7 +327,7 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     if ctx.get(_SWITCH):
         return
     layers = ctx.get(_LAYERS)
-    if ctx.is_set(_LAYERS) and layers > 0:
+    if ctx.stated(_LAYERS) and layers > 0:
         problems = blockers(ctx, layers)
         tail = f"; enabling it as written would fail: {', '.join(problems)}" if problems else ""
         yield Hit(_LAYERS, f"cpu_offloading_num_layers={layers} has no effect because cpu_offloading is "
@@ -335,7 +335,7 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
                   "Set cpu_offloading=true to offload these layers, or remove cpu_offloading_num_layers",
                   patch=None if problems else {_SWITCH: True})
     for path, active in _KNOBS:
-        if ctx.exists(path) and ctx.is_set(path) and ctx.get(path) == active:
+        if ctx.exists(path) and ctx.stated(path) and ctx.get(path) == active:
             name = path.split(".", 1)[1]
             yield Hit(path, f"{name}={active} has no effect because cpu_offloading is false",
                       f"Remove {name}, or turn cpu_offloading on")

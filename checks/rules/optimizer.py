@@ -104,7 +104,7 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
         ("optimizer.pin_cpu_params", lambda v: v is False),
     )
     for path, active in knobs:
-        if not (ctx.is_set(path) and active(ctx.get(path))):
+        if not (ctx.stated(path) and active(ctx.get(path))):
             continue
         name = path.split(".", 1)[1]
         if ctx.flavor == "nemo-rl" and name == "overlap_cpu_optimizer_d2h_h2d" and not legacy_nemo_rl(ctx):

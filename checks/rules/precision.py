@@ -113,7 +113,7 @@ def check_offload_ignores_dtypes(ctx: Context) -> Iterator[Hit]:
 
 def _fp32_params(ctx: Context) -> bool | None:
     """True when the model trains in fp32 (no bf16/fp16 parameters); None when the config does not say."""
-    if ctx.is_set("model.params_dtype"):
+    if ctx.stated("model.params_dtype"):
         return ctx.get("model.params_dtype") == "fp32"
     if ctx.flavor == "megatron-lm":  # --bf16/--fp16 absent means fp32 training
         return not (ctx.get("model.bf16") or ctx.get("model.fp16"))
