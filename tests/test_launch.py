@@ -377,6 +377,28 @@ def test_a_nemo_rl_checkpoint_the_catalogue_lacks_is_unknown_with_the_closest_id
     assert "closest ids it holds: Qwen/Qwen3-4B" in unknown["message"] and "FGA013" in unknown["message"]
 
 
+def test_a_script_with_several_launches_checks_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "sweep.sh"
+    script.write_text("for pp in 1 2; do :; done\n"
+                      "python pretrain_gpt.py --num-layers 8 --cpu-offloading-num-layers 2 "
+                      "--pipeline-model-parallel-size 2\n"
+                      "python pretrain_gpt.py --num-layers 8 --cpu-offloading-num-layers 2\n")
+    assert main(["check", str(script), "--mcore-version", "0.16.1", "--format", "json"]) == 1
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert {(f["target"], f["rule"]) for f in findings if f["severity"] == "error"} == {(f"{script}:2", "ACT002")}
+
+
+def test_cwd_names_where_a_relative_config_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NeMo-RL opens --config relative to the directory the command runs in (examples/run_grpo.py:87)."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "c.yaml").write_text("policy:\n  model_name: Qwen/Qwen3-4B\n  megatron_cfg:\n"
+                                                 "    enabled: true\n")
+    command = ["check", "--", "uv", "run", "examples/run_grpo.py", "--config", "configs/c.yaml"]
+    assert main(command) == 2 and "pass --cwd DIR" in capsys.readouterr().err
+    assert main(["check", "--cwd", str(tmp_path), *command[1:]]) == 0
+    capsys.readouterr()
+
+
 # --- bad input --------------------------------------------------------------------------------------------------
 
 
