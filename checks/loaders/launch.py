@@ -25,7 +25,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from checks.config import Origin, Setting
 from checks.errors import InputError
@@ -80,14 +80,13 @@ _PYTHON_VALUES = frozenset({"-W", "-X", "-Q"})
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
 
 
-@dataclass(frozen=True)
-class _Start:
+class _Start(NamedTuple):
     """A program start found behind the wrappers: the script (or module) and the words it receives."""
 
     script: Word
     args: tuple[Word, ...]
     module: bool = False  # `python -m NAME`: script holds the module name
-    env: Mapping[str, Word] = field(default_factory=dict)  # `env NAME=value` and `srun --export` give none here
+    env: Mapping[str, Word] = {}
 
 
 class _Unplaceable(Exception):
@@ -361,8 +360,7 @@ def recipe_task(mode: str) -> str:
     return "peft" if mode in ("lora", "dora") else mode
 
 
-@dataclass(frozen=True)
-class RunRecipeArgs:
+class RunRecipeArgs(NamedTuple):
     """What run_recipe.py's ``parse_args`` returns, plus the recipe name it then loads."""
 
     recipe: str

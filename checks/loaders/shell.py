@@ -16,7 +16,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from checks.errors import InputError
 
@@ -28,18 +28,16 @@ _KEYWORDS = frozenset({"then", "do", "else", "elif", "if", "while", "until", "!"
 _SEPARATORS = frozenset(";&|")
 
 
-@dataclass(frozen=True)
-class Word:
+class Word(NamedTuple):
     """One word of a command after expansion."""
 
     text: str
     line: int  # where the word's first character was written (inside a variable's definition, if it came from one)
     unresolved: bool = False  # holds an expansion the checker cannot perform
-    lines: tuple[int, ...] = field(default=(), compare=False, repr=False)  # per character, where known
+    lines: tuple[int, ...] = ()  # per character, where known
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """A simple command, expanded: its words, the environment it runs with and the directory it runs in."""
 
     words: tuple[Word, ...]
@@ -51,15 +49,13 @@ class Command:
 # --- lexing -----------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Lit:
+class _Lit(NamedTuple):
     text: str
     lines: tuple[int, ...]  # one per character
     quoted: bool
 
 
-@dataclass(frozen=True)
-class _Var:
+class _Var(NamedTuple):
     name: str
     line: int
     quoted: bool
@@ -68,23 +64,21 @@ class _Var:
     raw: str = ""  # as written, kept when it cannot be expanded
 
 
-@dataclass(frozen=True)
-class _Sub:  # $(...) or `...`, $1, $@: not evaluated
+class _Sub(NamedTuple):  # $(...) or `...`, $1, $@: not evaluated
     raw: str
     line: int
 
 
-@dataclass(frozen=True)
-class _Array:  # NAME=( ... )
+class _Array(NamedTuple):  # NAME=( ... )
     items: tuple[_Raw, ...]
 
 
 _Segment = _Lit | _Var | _Sub | _Array
 
 
-@dataclass
 class _Raw:
-    segments: list[_Segment] = field(default_factory=list)
+    def __init__(self, segments: list[_Segment] | None = None) -> None:
+        self.segments: list[_Segment] = segments if segments is not None else []
 
     @property
     def line(self) -> int:
@@ -362,8 +356,7 @@ class _Lexer:
 # --- expansion --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Value:
+class _Value(NamedTuple):
     """A variable: a string, or an array's elements."""
 
     items: tuple[Word, ...]
