@@ -91,14 +91,14 @@ def check_expected_skill(skill: Skill) -> Iterator[LintHit]:
 
 def check_scripts(skill: Skill) -> Iterator[LintHit]:
     """Every ``expected_script`` is a command the CLI accepts, and every file it names exists."""
-    from checks.cli import _parser
+    from checks.cli import _parser, _split_command
 
     for index, task in enumerate(_tasks(skill)):
         script = task.get("expected_script")
         if not isinstance(script, str) or not script.startswith("python -m checks "):
             continue
         try:
-            words = shlex.split(script)[3:]
+            words, _ = _split_command(shlex.split(script)[3:])  # the words after `--` are a launch command
         except ValueError as err:
             yield LintHit(EVALS_FILE, _line(skill, index), f"[{index}].expected_script", f"{script!r} cannot be "
                           f"split into words: {err}", "Fix the quoting")
