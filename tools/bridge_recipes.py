@@ -44,9 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# run_recipe.py's reading of a recipe name, the one the launch reader uses (recipe_metadata.py:214-225).
+from checks.loaders.launch import infer_recipe_mode  # noqa: E402
+
 DEFAULT_COMMIT = "067f987d"
 MCORE_PROFILE = "main@2a75ac12"  # the Megatron-LM commit Bridge@067f987d pins (3rdparty/Megatron-LM)
-ROOT = Path(__file__).resolve().parent.parent
 MCORE_TABLE = ROOT / "checks" / "data" / "mcore_fields.json"
 
 RECIPES_PKG = "megatron.bridge.recipes"
@@ -1916,20 +1921,6 @@ def read_metadata(sources: Sources) -> Metadata:
                     re.compile(literal("BENCHMARK_RECIPE_PATTERN")),
                     frozenset(literal("BENCHMARK_RECIPE_PRECEDENCE_COLLISIONS")),
                     frozenset(literal("LIBRARY_RECIPE_PRECEDENCE_COLLISIONS")))
-
-
-def infer_recipe_mode(recipe_name: str) -> str | None:
-    # Mirrors scripts/training/recipe_metadata.py infer_recipe_mode (its own order of checks).
-    normalized = f"_{recipe_name.lower().strip('_')}_"
-    if "_pretrain_" in normalized:
-        return "pretrain"
-    if "_sft_" in normalized or "_finetune_" in normalized:
-        return "sft"
-    if "_dora_" in normalized:
-        return "dora"
-    if "_peft_" in normalized or "_lora_" in normalized:
-        return "lora"
-    return None
 
 
 def benchmark_names(sources: Sources, family: str) -> set[str]:
