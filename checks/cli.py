@@ -28,6 +28,17 @@ _EPILOG = """exit codes: 0 no error findings; 1 error findings (or warnings with
 The checker reads configs as data: it never imports or runs anything a config names."""
 
 
+class _Once(argparse.Action):
+    """An option given once: a second would silently replace the first (``--argv``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice; give all of its flags in one {option_string} (a second "
+                         "would replace the first)")
+        setattr(namespace, self.dest, values)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit 2), like every other input error."""
 
@@ -48,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                             "script or functional-test YAML)")
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="a Hydra override applied after the files (repeatable; + and ++ prefixes as in Hydra)")
-    check.add_argument("--argv", help="Megatron-LM flags as one string, appended after any script; write "
+    check.add_argument("--argv", action=_Once, help="Megatron-LM flags as one string, appended after any script; write "
                                       "--argv=\"--flag ...\" so the flags are not read as the checker's own")
     _launch_options(check)
     check.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"),
@@ -99,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
                       "when the config does not state its dimensions (NAME: for the first trained model and "
                       "those with its model_name; TARGET=NAME: for one NeMo-RL model, e.g. teacher=NAME)")
     plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    plan.add_argument("--argv", help="Megatron-LM flags as one string (as for check)")
+    plan.add_argument("--argv", action=_Once, help="Megatron-LM flags as one string (as for check)")
     _launch_options(plan)
     plan.add_argument("--flavor", default="auto", choices=("auto", "bridge", "nemo-rl", "megatron-lm"))
     plan.add_argument("--mcore-version", default=None, metavar="VERSION")
@@ -154,9 +165,12 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if not 1 <= value <= _MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {_MAX_COUNT:,}, got {text!r}")
     return value
+
+
+_MAX_COUNT = 10_000_000  # GPUs, sequence and batch sizes: far beyond any job, small enough to plan quickly
 
 
 def _preset_names() -> list[str]:
@@ -392,8 +406,9 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         raise InputError("--hardware", f"unknown hardware {args.hardware!r}; known: {', '.join(HARDWARE)}")
     if args.gpu_memory_gib is not None:
-        if args.gpu_memory_gib <= 0:
-            raise InputError("--gpu-memory-gib", "must be positive")
+        if not 0 < args.gpu_memory_gib < 2**20:  # NaN fails both comparisons
+            raise InputError("--gpu-memory-gib", f"must be a positive number of GiB below {2**20}, got "
+                                                 f"{args.gpu_memory_gib}")
         hardware = replace(hardware, gpu_memory_bytes=int(args.gpu_memory_gib * 2**30),
                            name=f"{hardware.name} with {args.gpu_memory_gib:g} GiB")
     budget = Budget(hardware, args.headroom, mfu=args.mfu)
@@ -443,11 +458,17 @@ def _plan_models(configs: Sequence[CanonicalConfig], preset: Preset | None, per_
     """A plan per model: trained ones in full, forward-only and unbuilt ones as a note. A trained model the
     planner cannot size is an input error naming every such model, never a model left out."""
     from checks.context import Context
+    from checks.engine import run
     from checks.plan.render import Unplanned
     from checks.plan.setup import Job, from_config
 
     where = args.files[0] if args.files else "--command" if args.command_line else \
         f"--recipe {args.recipe}" if args.recipe else "--argv" if args.argv else "--set"
+    # The planner plans what can run: a config its framework or megatron-core refuses has no memory to plan.
+    errors = sorted({f.rule for f in run(configs) if f.severity == "error"})
+    if errors:
+        raise InputError(where, f"the job would not start: {', '.join(errors)} (python -m checks check shows them "
+                                "and their fixes); plan it once they are fixed")
     labels = [cfg.target for cfg in configs if cfg.target]
     if unknown := sorted(set(per_target) - set(labels)):
         raise InputError("--preset", f"no model {unknown[0]!r} in this config; its models: "

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from checks.config import Environment, Origin
 from checks.engine import Finding
+from checks.jsonio import dumps
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def render_json(report: Report) -> str:
         "summary": {**{s: report.count(s) for s in ("error", "warning", "info")}, "unknown": report.unknown},
         "assumptions": assumptions(report),
     }
-    return json.dumps(document, indent=2)
+    return dumps(document)
 
 
 def _where(origin: Origin | None, inputs: Sequence[str]) -> str:
@@ -166,12 +166,12 @@ def render_lint_text(report: LintReport) -> str:
 
 
 def render_lint_json(report: LintReport) -> str:
-    return json.dumps({
+    return dumps({
         "status": "fail" if report.failed else "ok",
         "skill": report.root,
         "findings": [finding_json(f) for f in report.findings],
         "summary": {s: report.count(s) for s in ("error", "warning", "info")},
-    }, indent=2)
+    })
 
 
 LINT_RENDERERS: dict[str, Callable[[LintReport], str]] = {"text": render_lint_text, "json": render_lint_json}

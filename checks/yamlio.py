@@ -25,7 +25,8 @@ import yaml
 from checks.errors import InputError
 
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a full Bridge run_config.yaml is ~30 KiB
-MAX_EXPANDED_NODES = 100_000  # after alias expansion; the largest real config has ~3,000
+MAX_EXPANDED_NODES = 100_000  # after alias and merge-key expansion; the largest real config has ~3,000
+MAX_DEPTH = 64  # nesting of mappings and lists; real configs nest under 10
 
 KeyPath = tuple[Any, ...]
 
@@ -75,14 +76,31 @@ class YamlDoc:
         return self.lines.get(tuple(keys))
 
 
+STDIN_NAMES = frozenset({"-", "/dev/stdin", "/proc/self/fd/0", "/dev/fd/0"})
+_READ: dict[str, str] = {}  # what standard input held: a pipe can be read once, and every reader needs it
+
+
 def read_text(path: str) -> str:
-    """Read a config file as UTF-8 text, or raise InputError saying why not."""
+    """Read a config file as UTF-8 text, or raise InputError saying why not.
+
+    Standard input (``-``, ``/dev/stdin``) is read once, up to the size limit, and kept: flavor detection and the
+    loader both read it. Other files that are not regular files (FIFOs, devices) are refused: reading them may
+    never end.
+    """
+    if path in STDIN_NAMES:
+        if path not in _READ:
+            import sys
+
+            _READ[path] = _decoded(path, _bounded(path, sys.stdin.buffer.read))
+        return _READ[path]
     file = Path(path)
     if not file.exists():
         raise InputError(path, "no such file")
     if file.is_dir():
         raise InputError(path, "is a directory; give a config file")
     try:
+        if not file.is_file():
+            raise InputError(path, "not a regular file (a FIFO or a device); give a file, or pipe it to - (stdin)")
         size = file.stat().st_size
         if size > MAX_FILE_BYTES:
             raise InputError(path, f"file is {size / 2**20:.1f} MiB; configs larger than "
@@ -90,6 +108,18 @@ def read_text(path: str) -> str:
         raw = file.read_bytes()
     except OSError as err:
         raise InputError(path, f"cannot read: {err.strerror or err}") from None
+    return _decoded(path, raw)
+
+
+def _bounded(path: str, read: Any) -> bytes:
+    raw: bytes = read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise InputError(path, f"more than {MAX_FILE_BYTES // 2**20} MiB on standard input; configs larger than "
+                               "that are refused")
+    return raw
+
+
+def _decoded(path: str, raw: bytes) -> str:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -129,6 +159,8 @@ def load_yaml(path: str, text: str | None = None, *, duplicates: str = "refuse")
         raise InputError(path, f"invalid YAML: {err.reason}{what}", line) from None
     except yaml.YAMLError as err:
         raise InputError(path, f"invalid YAML: {err}") from None
+    except RecursionError:  # PyYAML composes recursively
+        raise InputError(path, f"YAML nested deeper than {MAX_DEPTH} levels is refused") from None
     if node is None:
         raise InputError(path, "empty config (no keys)")
     builder = _Builder(path, loader, record=duplicates == "record")
@@ -152,8 +184,12 @@ class _Builder:
         self.lines: dict[KeyPath, int] = {}
         self.expanded = 0
         self.active: set[int] = set()
+        self.merging: set[int] = set()  # mappings whose merge keys are being expanded
 
     def build(self, node: yaml.Node, keys: KeyPath) -> Any:
+        if len(keys) > MAX_DEPTH:
+            raise InputError(self.path, f"YAML nested deeper than {MAX_DEPTH} levels is refused",
+                             node.start_mark.line + 1)
         self.expanded += 1
         if self.expanded > MAX_EXPANDED_NODES:
             raise InputError(self.path, f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
@@ -178,6 +214,10 @@ class _Builder:
         except yaml.YAMLError as err:
             raise InputError(self.path, f"invalid YAML value: {getattr(err, 'problem', err)}",
                              node.start_mark.line + 1) from None
+        except (ValueError, TypeError, OverflowError) as err:  # `!!float abc`, an int of over 4,300 digits
+            raise InputError(self.path, f"invalid YAML value {node.value[:40]!r}"
+                             f"{f' ({node.tag})' if node.tag.startswith('tag:yaml.org') else ''}: "
+                             f"{str(err).splitlines()[0][:120]}", node.start_mark.line + 1) from None
 
     def _mapping(self, node: yaml.MappingNode, keys: KeyPath) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -212,7 +252,19 @@ class _Builder:
             for source in sources:
                 if not isinstance(source, yaml.MappingNode):
                     raise InputError(self.path, "a merge key (<<) must name a mapping", source.start_mark.line + 1)
-                merged.extend(self._pairs(source))
+                if id(source) in self.merging:
+                    raise InputError(self.path, "a merge key (<<) that merges the mapping into itself",
+                                     k.start_mark.line + 1)
+                self.merging.add(id(source))
+                try:
+                    pairs = self._pairs(source)
+                finally:
+                    self.merging.discard(id(source))
+                self.expanded += len(pairs)  # a merge bomb expands like an alias bomb
+                if self.expanded > MAX_EXPANDED_NODES:
+                    raise InputError(self.path, f"YAML merge keys expand to more than {MAX_EXPANDED_NODES:,} "
+                                                "nodes; refusing to expand", k.start_mark.line + 1)
+                merged.extend(pairs)
         names = {k.value for k, _ in explicit if isinstance(k, yaml.ScalarNode)}
         seen: set[str] = set()
         kept: list[tuple[yaml.Node, yaml.Node]] = []

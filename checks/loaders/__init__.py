@@ -110,6 +110,9 @@ def _located(path: str, launch: Launch, request: Request) -> str:
 
 def _load_one(request: Request) -> list[CanonicalConfig]:
     flavor = request.flavor if request.flavor != "auto" else detect_flavor(request)
+    if request.argv is not None and flavor != "megatron-lm":  # it would be dropped without a word
+        raise InputError("--argv", f"Megatron-LM flags go with a Megatron-LM command line; this is a {flavor} "
+                                   "config: give its overrides with --set KEY=VALUE")
     if flavor not in _LOADERS:
         raise InputError("--flavor", f"unknown flavor {flavor!r}; choose auto, {', '.join(FLAVORS)}")
     module = importlib.import_module(_LOADERS[flavor])

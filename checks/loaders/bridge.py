@@ -85,7 +85,7 @@ def load(request: Request) -> list[CanonicalConfig]:
     applied = _written_back(apply_overrides(tree, request.overrides, base, at=request.override_at), dump,
                             request.overrides)
     wanted = [keys for keys, _ in trees.leaves(applied.tree) if keys and keys[0] in SECTIONS]
-    tree = interpolation.resolve(applied.tree, wanted)
+    tree = interpolation.resolve(applied.tree, wanted, _env(request))
     if recipe is not None and dump is None:
         tree = _with_mixed_precision(tree, recipe, request.version)
     cfg = _canonical(tree, request, nested, base)
@@ -269,10 +269,12 @@ def _canonical(tree: trees.Tree, request: Request, nested: bool, base: Base) -> 
                 if isinstance(value, Setting):
                     settings[f"env.{name}"] = value
                 continue
-            if isinstance(value, dict):  # a nested object that is not a config field
+            if isinstance(value, dict):  # a nested object: not a field, or a mapping where a field's value goes
+                leaf = _first_leaf(value)
                 if prof.field(section, name) is None:
-                    leaf = _first_leaf(value)
                     unrecognised.append(Unrecognised(section, name, leaf, _dropped(leaf, base)))
+                else:  # kept, so that its type is checked (CFG002) rather than dropped
+                    settings[f"{section}.{name}"] = Setting(trees.plain(value), replace(leaf.origin, key=name))
                 continue
             if prof.field(section, name) is None:
                 unrecognised.append(Unrecognised(section, name, value, _dropped(value, base)))
@@ -344,3 +346,8 @@ class BridgeSpelling:
     def override_lines(self, patch: Mapping[str, Any]) -> list[str]:
         # env_vars is a dict field: new keys need "++" under Hydra's struct mode.
         return hydra_lines(patch, {k: "++" for k in patch if k.startswith("env_vars.")})
+
+
+def _env(request: Request) -> dict[str, str]:
+    """The launch environment as strings, for ``${oc.env:...}``."""
+    return {name: str(setting.value) for name, setting in request.environment.variables.items()}

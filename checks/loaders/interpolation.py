@@ -8,7 +8,9 @@ of it (``pip install omegaconf`` or the ``nemo-rl`` extra provides it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -43,8 +45,25 @@ def _has_interpolation(value: Any) -> bool:
     return False
 
 
-def resolve(tree: trees.Tree, wanted: Iterable[KeyPath]) -> trees.Tree:
-    """Return ``tree`` with the interpolated leaves among ``wanted`` replaced by their values."""
+@contextlib.contextmanager
+def _job_environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` as the job will see it while OmegaConf resolves: ``${oc.env:X}`` reads the launch
+    environment (the files' exports and ``--env``), not the shell the checker happens to run in."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def resolve(tree: trees.Tree, wanted: Iterable[KeyPath], environment: Mapping[str, str] | None = None) -> trees.Tree:
+    """Return ``tree`` with the interpolated leaves among ``wanted`` replaced by their values.
+
+    ``environment``: the job's launch environment, which ``${oc.env:...}`` reads (nothing else is visible).
+    """
     todo = [keys for keys in wanted if isinstance(s := trees.get(tree, keys), Setting) and needs_resolution(s)]
     if not todo:
         return tree
@@ -65,9 +84,10 @@ def resolve(tree: trees.Tree, wanted: Iterable[KeyPath]) -> trees.Tree:
     for keys in todo:
         setting = trees.get(tree, keys)
         try:
-            node = omegaconf.OmegaConf.select(config, ".".join(map(str, keys)), throw_on_missing=True)
-            value = omegaconf.OmegaConf.to_container(node, resolve=True) if omegaconf.OmegaConf.is_config(node) \
-                else node
+            with _job_environment(environment or {}):
+                node = omegaconf.OmegaConf.select(config, ".".join(map(str, keys)), throw_on_missing=True)
+                value = omegaconf.OmegaConf.to_container(node, resolve=True) \
+                    if omegaconf.OmegaConf.is_config(node) else node
         except Exception as err:  # OmegaConf raises many types; all mean "cannot resolve"
             message = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise InputError(setting.origin.describe(), f"cannot resolve {setting.origin.key} = "

@@ -95,6 +95,9 @@ def read(path: str, text: str | None = None) -> FunctionalTest:
     doc = load_yaml(path, text, duplicates="record")
     root = doc.root
     top = _top_level(root)
+    if "MODEL_ARGS" not in top and "ENV_VARS" not in top:  # a Bridge or NeMo-RL YAML read as Megatron-LM's
+        raise InputError(path, "not a Megatron-LM functional-test config (no MODEL_ARGS or ENV_VARS); for a "
+                               "Bridge or NeMo-RL YAML leave --flavor at auto (or name its flavor)")
     problems: list[RunnerProblem] = []
     names = [name for name in top if _RUN_KEY.match(name)]
     numbered = sorted((n for n in names if n != "MODEL_ARGS"), key=lambda n: int(_RUN_KEY.match(n).group(1)))  # type: ignore[union-attr]

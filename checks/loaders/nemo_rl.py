@@ -121,8 +121,8 @@ def load(request: Request) -> list[CanonicalConfig]:
                              at=request.override_at)  # the file is the whole config
     tree = applied.tree
     # The switches first: they decide which sections NeMo-RL reads, and only those are resolved.
-    tree = interpolation.resolve(tree, _SWITCHES)
-    tree = interpolation.resolve(tree, _wanted(tree))
+    tree = interpolation.resolve(tree, _SWITCHES, _env(request))
+    tree = interpolation.resolve(tree, _wanted(tree), _env(request))
     existing = {".".join(map(str, keys)) for keys, _ in trees.leaves(tree)}
     configs = [_canonical(tree, model, request, existing) for model in _models(tree)]
     if not configs:
@@ -523,6 +523,9 @@ class _Mapper:
             elif isinstance(node, Setting) and name in self.applied and self.prof.field("model", name) is not None:
                 value = _DTYPES.get(node.value, node.value) if name == "pipeline_dtype" else node.value
                 self.settings[f"model.{name}"] = Setting(value, node.origin)
+            elif isinstance(node, dict) and name in self.applied and self.prof.field("model", name) is not None:
+                # a mapping where a field's value goes: kept, so that its type is checked (CFG002), not dropped
+                self.settings[f"model.{name}"] = Setting(trees.plain(node), _leaf(node).origin)
         known = {k: v for k, v in mc.items() if k in self.keys}
         self._recompute(known)
         self._fine_grained(known)
@@ -558,6 +561,10 @@ class _Mapper:
         # setup.py:1181-1209: None keeps the checkpoint's value, False forces offload off, truthy enables.
         switch = mc.get("fine_grained_activation_offloading")
         modules = mc.get("offload_modules")
+        if isinstance(switch, dict) and switch:  # truthy to NeMo-RL's `if`; kept for its type check (CFG002)
+            switch = Setting(trees.plain(switch), _leaf(switch).origin)
+        if isinstance(modules, dict) and modules:
+            modules = Setting(trees.plain(modules), _leaf(modules).origin)
         if not isinstance(switch, Setting) or switch.value is None:
             if isinstance(modules, Setting) and modules.value:
                 self.ignored.append(Ignored("model.offload_modules", modules,
@@ -736,3 +743,8 @@ def _assign(data: dict[str, Any], keys: list[str], value: Any) -> None:
         data[key] = child = dict(child) if isinstance(child, dict) else {}
         data = child
     data[keys[-1]] = value
+
+
+def _env(request: Request) -> dict[str, str]:
+    """The launch environment as strings, for ``${oc.env:...}``."""
+    return {name: str(setting.value) for name, setting in request.environment.variables.items()}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from checks.errors import InputError
 
@@ -65,10 +64,20 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
 
 def load_profile(path: str) -> Hardware:
     """A node profile written by ``python -m checks probe``, over the entry it names as its base."""
+    from checks.yamlio import read_text  # bounded, and refuses FIFOs and devices
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = json.loads(read_text(path))
+    except InputError as err:
+        raise InputError(path, f"cannot read the probe profile: {err.problem}") from None
+    except (json.JSONDecodeError, RecursionError) as err:
         raise InputError(path, f"cannot read the probe profile: {err}") from None
+    if not isinstance(data, dict):
+        raise InputError(path, f"cannot read the probe profile: a JSON object is expected, not a "
+                               f"{type(data).__name__}")
+    measured_values = [v for k, v in data.items() if k != "base" and isinstance(v, float)]
+    if any(v != v or v in (float("inf"), float("-inf")) for v in measured_values):
+        raise InputError(path, "cannot read the probe profile: a measured value is not a finite number")
     base = HARDWARE.get(str(data.get("base", "h100-sxm")))
     if base is None:
         raise InputError(path, f"unknown base hardware {data.get('base')!r}; known: {', '.join(HARDWARE)}")

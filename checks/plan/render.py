@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from checks.errors import InputError
+from checks.jsonio import dumps
 from checks.plan.memory import NONE, Offload, StageMemory, plan_memory
 from checks.plan.recommend import FRACTIONS, Option, Recommendation, host_per_node, peak
 from checks.plan.setup import Job
@@ -119,7 +120,7 @@ def _stage_json(s: StageMemory) -> dict[str, Any]:
 
 
 def render_json(job: Job, rec: Recommendation) -> str:
-    return json.dumps(_document(job, rec), indent=2)
+    return dumps(_document(job, rec))
 
 
 def _document(job: Job, rec: Recommendation) -> dict[str, Any]:
@@ -225,7 +226,7 @@ def render_json_all(entries: Sequence[Entry]) -> str:
             document = _document(*entry)
             document["assumptions"] = [_SHARED_GPUS, *document["assumptions"]]
             models.append(document)
-    return json.dumps({"status": overall(entries), "models": models}, indent=2)
+    return dumps({"status": overall(entries), "models": models})
 
 
 def plot_all(entries: Sequence[Entry], path: str) -> None:

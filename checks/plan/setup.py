@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from checks.context import Context
+from checks.errors import InputError
 from checks.loaders.checkpoint import CATALOGUE
 from checks.model.shape import ModelShape, Parallelism, ShapeUnknown, from_catalogue, shape_from
 from checks.plan.memory import Offload, Training
@@ -57,6 +58,13 @@ def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset |
     Without the model's dimensions in the config, the model comes from ``preset``, or from the preset
     matching NeMo-RL's ``model_name`` for this model.
     """
+    for path in (*_LAYOUT, "model.context_parallel_size", "model.virtual_pipeline_model_parallel_size"):
+        value = ctx.get(path) if ctx.is_set(path) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            setting = ctx.setting(path)
+            where = setting.origin.describe() if setting is not None else path
+            raise InputError(where, f"{path.split('.', 1)[1]}={value}: a parallel size is at least 1; megatron-core "
+                                    "cannot build this layout, so there is nothing to plan")
     found = shape_from(ctx)
     if preset is not None and not isinstance(found, ShapeUnknown) and from_catalogue(ctx):
         found = ShapeUnknown(checkpoint="model_name")  # the preset the user names over the catalogue's row
