@@ -181,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch_size < 1 or args.layers < 2 or args.hidden < 8 or args.seq_len < 2:
         parser.error("--steps and --batch-size must be >= 1, --layers >= 2, --hidden >= 8, --seq-len >= 2")
+    if args.hidden % GPTConfig.num_heads:
+        parser.error(f"--hidden must be a multiple of the {GPTConfig.num_heads} attention heads, got {args.hidden}")
+    if args.out.is_dir() or not args.out.parent.is_dir():  # found out before training, not after it
+        parser.error(f"--out {args.out}: give a file path in an existing directory")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -195,10 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variant(s) {unknown}; choose from {', '.join(menu)} or 'all'")
     if "baseline" not in chosen:
         chosen.insert(0, "baseline")  # every comparison is against it
-    data = batches(cfg, args.batch_size, args.steps, args.seed, device)
-
-    probe = train(menu["baseline"], cfg, data[:1], args.seed, device, progress=False)
-    estimate_s = len(chosen) * args.steps * data[0][0].numel() / probe["tokens_per_s"] * 1.5
+    first = batches(cfg, args.batch_size, 1, args.seed, device)  # the run's first batch: the data come after --yes
+    probe = train(menu["baseline"], cfg, first, args.seed, device, progress=False)
+    estimate_s = len(chosen) * args.steps * first[0][0].numel() / probe["tokens_per_s"] * 1.5
     larger = cfg != base or args.batch_size > 8
     if not args.yes and (estimate_s > BUDGET_S or (device.type == "cuda" and larger)):
         where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
@@ -208,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
               "pass --yes to run it", file=sys.stderr)
         return 2
 
+    data = batches(cfg, args.batch_size, args.steps, args.seed, device)
     started = time.perf_counter()
     results = [train(menu[name], cfg, data, args.seed, device) for name in chosen]
     baseline = results[0]["losses"]

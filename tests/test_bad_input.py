@@ -126,3 +126,9 @@ def test_a_mapping_where_a_value_goes_is_a_type_error_not_dropped(tmp_path: Path
     assert main(["check", str(ROOT / "examples/configs/nemo-rl/grpo_megatron_base.yaml"), "--set",
                  "policy.megatron_cfg.fine_grained_activation_offloading={enabled: true}", "--format", "json"]) == 1
     assert "CFG002" in {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]}
+
+
+def test_lint_on_a_skill_md_that_is_not_utf8_is_a_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "SKILL.md").write_bytes(b"---\nname: x\n---\n\xff\xfe\n")
+    assert main(["lint", str(tmp_path)]) == 1
+    assert "SKILL.md cannot be read" in capsys.readouterr().out

@@ -59,3 +59,21 @@ def test_unknown_variant_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
         run_offload.main(["--variants", "layers"])
     assert err.value.code == 2
     assert "unknown variant(s) ['layers']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--hidden", "9"], "--hidden must be a multiple of the 4 attention heads"),  # used to fail in a view()
+    (["--out", "/"], "give a file path in an existing directory"),  # used to fail after training
+])
+def test_bad_options_are_usage_errors_before_training(argv: list[str], message: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        run_offload.main(argv)
+    assert err.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_huge_run_asks_for_yes_before_building_its_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--steps 2000000 used to build every batch (and run out of memory) before the estimate asked for --yes."""
+    assert run_offload.main(["--steps", "2000000", "--device", "cpu", "--out",
+                             str(tmp_path / "r.json")]) == 2
+    assert "pass --yes to run it" in capsys.readouterr().err

@@ -175,8 +175,12 @@ def check_rule_ids(skill: Skill) -> Iterator[LintHit]:
     """Every rule id named in SKILL.md, README.md or ``reference/*.md`` exists (config or lint rule)."""
     known = rule_ids()
     for path in _markdown_files(skill.root):
-        text = path.read_text(encoding="utf-8")
         rel = path.relative_to(skill.root).as_posix()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            yield LintHit(rel, None, rel, f"{rel} cannot be read: {err}", "Save it as UTF-8 text")
+            continue
         for number, line in enumerate(text.splitlines(), start=1):
             for rule_id in re.findall(r"\b[A-Z]{3}\d{3}\b", line):
                 if rule_id not in known:
