@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import replace
+from functools import cache
 from typing import TYPE_CHECKING
 
 from checks.config import CanonicalConfig
@@ -56,21 +57,17 @@ def launches_of(request: Request) -> list[Launch] | None:
     """
     if request.command is None and not (request.files and request.files[0].endswith((".sh", ".bash"))):
         return None  # a config file: the launch reader (argparse replicas, the shell) is not imported
-    from checks.loaders.launch import read
-
     if request.command is not None:
         if request.files or request.argv is not None:
             raise InputError("--command", "a launch command is the whole job: give it alone (add overrides with "
                                           "--set, which go after the command's own)")
-        found = read(request.command, "--command", file=None)
+        found = _read_launches(request.command, "--command", None)
         if not found:
             raise InputError("--command", "starts no training script the checker knows (Megatron Bridge "
                                           "run_recipe.py, NeMo-RL examples/run_*.py, Megatron-LM pretrain_*.py)")
         return found
-    if not request.files or not request.files[0].endswith((".sh", ".bash")):
-        return None
     path = request.files[0]
-    found = read(read_text(path), path, file=path)
+    found = _read_launches(read_text(path), path, path)
     if not found:
         return None
     if len(request.files) > 1 or request.argv is not None:
@@ -78,6 +75,14 @@ def launches_of(request: Request) -> list[Launch] | None:
                          f"{path} is a launch script, which is the whole job: check it alone (add overrides "
                          "with --set)")
     return found
+
+
+@cache
+def _read_launches(text: str, where: str, file: str | None) -> list[Launch]:
+    """The launches in a script or command line, read once: flavor detection and loading both ask."""
+    from checks.loaders.launch import read
+
+    return read(text, where, file=file)
 
 
 def launch_request(request: Request, launch: Launch) -> Request:

@@ -132,14 +132,10 @@ def _with_mixed_precision(tree: trees.Tree, recipe: Recipe, version: str) -> tre
     node = tree.get("mixed_precision")
     if node is None or (isinstance(node, Setting) and node.value is None):
         return tree
-    if isinstance(node, Setting):
-        given: Any = node.value
-        later: dict[str, Any] = {}
-    else:
-        given = {}
-        later = {str(k): (v.value, v.origin.describe()) for k, v in node.items() if isinstance(v, Setting)}
-    values, label = mixed_precision(given, {})
-    values.update(later)
+    # A preset name, or the config's fields: these are set before finalize() derives fp8_param/fp4_param.
+    given: Any = node.value if isinstance(node, Setting) else \
+        {str(k): (v.value, v.origin.describe()) for k, v in node.items() if isinstance(v, Setting)}
+    values, label = mixed_precision(given)
     prof = profile(version)
     for name, (value, at) in sorted(values.items()):
         file, _, line = recipe.where(at).rpartition(":") if ".py:" in at else (at, "", "")

@@ -229,13 +229,13 @@ def _expand(data: _Table, key: str) -> dict[str, tuple[Any, str]]:
     return values
 
 
-def mixed_precision(recipe_value: Any, overrides: Mapping[str, Any]) -> tuple[dict[str, tuple[Any, str]], str]:
+def mixed_precision(recipe_value: Any) -> tuple[dict[str, tuple[Any, str]], str]:
     """What Bridge's mixed-precision set-up copies onto model, optimizer and ddp, with the line of each value.
 
     At training start ``runtime_config_update`` resolves ``cfg.mixed_precision`` (a preset name or a config) and
     copies every ``MixedPrecisionConfig`` field, preset values and class defaults alike, over the fields of that
     name, after the command-line overrides (the table's "applies" note). ``recipe_value``: the preset name, or
-    the ``mixed_precision.*`` values; ``overrides``: ``mixed_precision.*`` fields set after it. The second
+    the ``mixed_precision.*`` fields as ``{field: (value, where)}`` (the recipe's and the overrides'). The second
     item names what was applied, for origins.
     """
     data = catalogue()
@@ -253,8 +253,6 @@ def mixed_precision(recipe_value: Any, overrides: Mapping[str, Any]) -> tuple[di
         label = f"the {name} preset"
     elif isinstance(recipe_value, Mapping):
         found.update(recipe_value)
-    for field, value in overrides.items():
-        found[field] = value
     for gathered in ("fp8", "fp4"):  # finalize(): a null *_param follows *_param_gather (mixed_precision.py:97)
         if found.get(f"{gathered}_param", (None,))[0] is None and f"{gathered}_param_gather" in found:
             found[f"{gathered}_param"] = found[f"{gathered}_param_gather"]

@@ -430,15 +430,7 @@ def _setup_experiment(args: Sequence[Word], at: str) -> tuple[Word, ...]:
         _, forwarded = setup_experiment_parser().parse_known_args(texts)
     except _Refused as err:
         raise InputError(at, f"setup_experiment.py: error: {err}") from None
-    # parse_known_args keeps the order of what it leaves; map the texts back onto the words, in order.
-    out: list[Word] = []
-    i = 0
-    for text in forwarded:
-        while i < len(args) and args[i].text != text:
-            i += 1
-        out.append(args[i] if i < len(args) else Word(text, 0))
-        i += 1
-    return tuple(out)
+    return tuple(_matching(args, forwarded))
 
 
 def _bridge(args: Sequence[Word], base: Launch, where: str) -> Launch:
@@ -461,19 +453,19 @@ def _bridge(args: Sequence[Word], base: Launch, where: str) -> Launch:
         located = _origin(flag, base)
         origins.append(replace(located, key=text.split("=", 1)[0],
                                note=f"run_recipe.py turns {flag.text} into {text} ({RUN_RECIPE}:274-283)"))
-    origins += [_origin(w, base) for _, w in trailing]
+    origins += [_origin(w, base) for w in trailing]
     return replace(base, flavor="bridge", overrides=parsed.overrides, override_origins=tuple(origins),
                    recipe=parsed.recipe, mode=parsed.mode, dataset=parsed.dataset)
 
 
-def _matching(args: Sequence[Word], texts: Sequence[str]) -> list[tuple[int, Word]]:
-    """The words (with their 1-based positions) that argparse left over as ``texts``, in order."""
-    found: list[tuple[int, Word]] = []
+def _matching(args: Sequence[Word], texts: Sequence[str]) -> list[Word]:
+    """The words argparse left over as ``texts`` (parse_known_args keeps their order), mapped back, in order."""
+    found: list[Word] = []
     i = 0
     for text in texts:
         while i < len(args) and args[i].text != text:
             i += 1
-        found.append((i + 1, args[i]) if i < len(args) else (0, Word(text, 0)))
+        found.append(args[i] if i < len(args) else Word(text, 0))
         i += 1
     return found
 
@@ -535,6 +527,6 @@ def _nemo_rl(args: Sequence[Word], base: Launch, where: str) -> Launch:
         if word.unresolved and word.text in overrides:
             raise InputError(f"{where}:{word.line}", f"{word.text!r} holds a shell expansion the checker cannot "
                                                      "perform; write the value out")
-    origins = tuple(_origin(w, base) for _, w in _matching(args, overrides))
+    origins = tuple(_origin(w, base) for w in _matching(args, overrides))
     return replace(base, flavor="nemo-rl", files=(config,), overrides=tuple(overrides), override_origins=origins,
                    notes=tuple(notes))
