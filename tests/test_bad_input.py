@@ -132,3 +132,29 @@ def test_lint_on_a_skill_md_that_is_not_utf8_is_a_finding(tmp_path: Path, capsys
     (tmp_path / "SKILL.md").write_bytes(b"---\nname: x\n---\n\xff\xfe\n")
     assert main(["lint", str(tmp_path)]) == 1
     assert "SKILL.md cannot be read" in capsys.readouterr().out
+
+
+BRIDGE_CLEAN = ROOT / "examples" / "configs" / "bridge" / "run_config_clean.yaml"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("check", str(BRIDGE_CLEAN), "--set", "model.num_layers=1000000"),
+     "--set #1: model.num_layers=1000000 is past the checker's limit of 10,000"),
+    (("check", str(BRIDGE_CLEAN), "--set", f"model.hidden_size={10**400}"), "a 401-digit number is past"),
+    (("check", str(BRIDGE_CLEAN), "--set", "model.num_layers=1000", "--set", "model.num_moe_experts=100"),
+     "is 100,000 expert-layers, past the checker's limit of 50,000"),
+    (("check", "--flavor", "megatron-lm", "--argv", "--num-layers 100000 --hidden-size 64 --num-attention-heads 4"),
+     "--num-layers 100000 is past"),
+    (("plan", "--preset", "llama3-8b", "--set", "model.num_layers=1000000"), "limit of 10,000"),
+])
+def test_model_dimensions_past_their_limits_are_refused(argv: tuple[str, ...], message: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """num_layers=1000000 used to take 15 s and 1.5 GB (OPT022 enumerates every tensor); a 401-digit hidden size
+    overflowed a float in a traceback."""
+    assert message in refused(capsys, *argv)
+
+
+def test_a_model_at_the_limits_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    """The bounds refuse only what no model comes near: 10,000 layers is still checked."""
+    assert main(["check", str(BRIDGE_CLEAN), "--set", "model.num_layers=10000"]) == 0
+    assert "OPT022" in capsys.readouterr().out

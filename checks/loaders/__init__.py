@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from checks.config import CanonicalConfig
 from checks.errors import InputError
 from checks.formats import is_bridge_doc, is_megatron_lm_doc, is_nemo_rl_doc, looks_like_command_line
+from checks.limits import check_limits
 from checks.loaders.common import FLAVORS, Request
 from checks.yamlio import load_yaml, read_text
 
@@ -45,8 +46,10 @@ def load(request: Request) -> list[CanonicalConfig]:
                 found = [replace(cfg, target=f"{launch.where}" + (f" {cfg.target}" if cfg.target else ""))
                          for cfg in found]
             configs += found
-        return configs
-    return _load_one(request)
+    else:
+        configs = _load_one(request)
+    check_limits(configs)
+    return configs
 
 
 def launches_of(request: Request) -> list[Launch] | None:
