@@ -158,3 +158,39 @@ def test_a_model_at_the_limits_is_checked(capsys: pytest.CaptureFixture[str]) ->
     """The bounds refuse only what no model comes near: 10,000 layers is still checked."""
     assert main(["check", str(BRIDGE_CLEAN), "--set", "model.num_layers=10000"]) == 0
     assert "OPT022" in capsys.readouterr().out
+
+
+def test_defaults_fan_out_is_read_once_per_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each of 25 files names the next twice: read again at every level, that was 2^25 loads."""
+    for i in range(25):
+        (tmp_path / f"f{i}.yaml").write_text(f"defaults: [f{i + 1}.yaml, f{i + 1}.yaml]\npolicy:\n  k{i}: 1\n")
+    (tmp_path / "f25.yaml").write_text("policy:\n  megatron_cfg:\n    enabled: true\n"
+                                       "    fine_grained_activation_offloading: true\n    offload_modules: []\n")
+    assert main(["check", str(tmp_path / "f0.yaml")]) == 1
+    assert "FGA002" in capsys.readouterr().out  # the deepest parent still counts
+
+
+def test_defaults_chains_have_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(40):
+        (tmp_path / f"g{i}.yaml").write_text(f"defaults: g{i + 1}.yaml\n")
+    (tmp_path / "g40.yaml").write_text("policy:\n  megatron_cfg:\n    enabled: true\n")
+    assert "`defaults:` inheritance deeper than 32 files is refused" in refused(capsys, "check",
+                                                                                 str(tmp_path / "g0.yaml"))
+    names = ", ".join(f"h{i}.yaml" for i in range(300))
+    (tmp_path / "wide.yaml").write_text(f"defaults: [{names}]\n")
+    for i in range(300):
+        (tmp_path / f"h{i}.yaml").write_text(f"policy:\n  h{i}: 1\n")
+    assert "more than 256 files is refused" in refused(capsys, "check", str(tmp_path / "wide.yaml"))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("model: 5\n", "(model is 5, not a section)"),
+    ("policy:\n  megatron_cfg: [1]\n", "(policy.megatron_cfg is [1], not a section)"),
+    ("defaults: /dev/null\npolicy: {}\n", "names '/dev/null', which is not a regular file"),
+])
+def test_messages_say_what_is_wrong(text: str, message: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`model: 5` was "no model/optimizer section"; `defaults: /dev/null` was "does not exist"."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert message in refused(capsys, "check", str(path))

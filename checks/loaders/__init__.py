@@ -128,6 +128,18 @@ def _load_one(request: Request) -> list[CanonicalConfig]:
     return configs
 
 
+def _why_undetected(data: dict[str, object]) -> str:
+    """What the detection looked for, saying so when a section is there but is not a mapping (``model: 5``)."""
+    misshapen = [f"{name} is {data[name]!r}, not a section" for name in ("model", "optimizer", "ddp", "policy")
+                 if name in data and not isinstance(data[name], dict)]
+    policy = data.get("policy")
+    if isinstance(policy, dict) and "megatron_cfg" in policy and not isinstance(policy["megatron_cfg"], dict):
+        misshapen.append(f"policy.megatron_cfg is {policy['megatron_cfg']!r}, not a section")
+    if misshapen:
+        return "; ".join(text if len(text) < 100 else text[:97] + "..." for text in misshapen)
+    return "no model/optimizer section, no policy.megatron_cfg, no MODEL_ARGS"
+
+
 def detect_flavor(request: Request) -> str:
     """Tell the format from the first input; raise InputError when it cannot be told."""
     if request.command is not None or (request.files and request.files[0].endswith((".sh", ".bash"))):
@@ -154,8 +166,7 @@ def detect_flavor(request: Request) -> str:
         if is_bridge_doc(data):
             return "bridge"
         raise InputError(path, "cannot tell whether this is a Megatron Bridge, NeMo-RL or Megatron-LM config "
-                               "(no model/optimizer section, no policy.megatron_cfg, no MODEL_ARGS); "
-                               "pass --flavor")
+                               f"({_why_undetected(data)}); pass --flavor")
     if request.argv is not None:
         return "megatron-lm"
     roots = {text.lstrip("+~").split("=", 1)[0].split(".", 1)[0] for text in request.overrides}

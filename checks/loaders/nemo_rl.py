@@ -133,14 +133,33 @@ def load(request: Request) -> list[CanonicalConfig]:
     return applied.attach(configs)
 
 
-def _load_with_defaults(path: str, chain: tuple[str, ...]) -> trees.Tree:
+MAX_DEFAULTS_DEPTH = 32  # `defaults:` parents above a file; NeMo-RL's own examples go 3 deep
+MAX_DEFAULTS_FILES = 256  # distinct files one config inherits from
+
+
+def _load_with_defaults(path: str, chain: tuple[str, ...], loaded: dict[str, trees.Tree] | None = None) -> trees.Tree:
+    """The file merged over its `defaults:` parents, as NeMo-RL's ``load_config_with_inheritance`` does
+    (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/utils/config.py:51-95): parents merged in order, then the file itself.
+
+    A parent named twice (a diamond, or a list naming one file in each entry) is read once: upstream reads it
+    again and gets the same tree, and reading it again at every level would make a few small files take
+    exponential time.
+    """
+    loaded = {} if loaded is None else loaded
     resolved = str(Path(path).resolve())
     if resolved in chain:
         raise InputError(path, "`defaults:` inheritance loops back to this file")
+    if len(chain) > MAX_DEFAULTS_DEPTH:
+        raise InputError(path, f"`defaults:` inheritance deeper than {MAX_DEFAULTS_DEPTH} files is refused")
+    if resolved in loaded:
+        return loaded[resolved]
+    if len(loaded) >= MAX_DEFAULTS_FILES:
+        raise InputError(path, f"`defaults:` inheritance from more than {MAX_DEFAULTS_FILES} files is refused")
     doc = load_yaml(path)
     tree = trees.from_doc(doc)
     parents = tree.pop("defaults", None)
     if parents is None:
+        loaded[resolved] = tree
         return tree
     names = parents.value if isinstance(parents, Setting) else None
     if isinstance(names, str):
@@ -149,12 +168,16 @@ def _load_with_defaults(path: str, chain: tuple[str, ...]) -> trees.Tree:
         raise InputError(path, "`defaults:` must be a file path or a list of file paths", doc.line(("defaults",)))
     base: trees.Tree = {}
     for name in names:
-        parent = name if name.startswith("/") else str(Path(path).parent / name)
-        if not Path(parent).is_file():
+        parent = name if name.startswith("/") else str(Path(path).parent / name)  # config.py:23-27
+        if not Path(parent).exists():
             raise InputError(path, f"`defaults:` names {name!r}, which does not exist ({parent})",
                              doc.line(("defaults",)))
-        base = _merge_with_override(base, _load_with_defaults(parent, chain + (resolved,)))
-    return _merge_with_override(base, tree)
+        if not Path(parent).is_file():
+            raise InputError(path, f"`defaults:` names {name!r}, which is not a regular file ({parent})",
+                             doc.line(("defaults",)))
+        base = _merge_with_override(base, _load_with_defaults(parent, chain + (resolved,), loaded))
+    loaded[resolved] = merged = _merge_with_override(base, tree)
+    return merged
 
 
 def _merge_with_override(base: trees.Tree, top: trees.Tree) -> trees.Tree:
