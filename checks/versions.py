@@ -135,13 +135,21 @@ def parse_te_version(text: str) -> tuple[int, int]:
 
 
 def installed_mcore_version() -> str | None:
-    """The version of an installed megatron-core, read from its dist-info directory name (nothing imported)."""
+    """The version of an installed megatron-core, read from its dist-info directory name (nothing imported).
+
+    The current directory is not searched: ``python -m`` puts it first on ``sys.path``, so a stray
+    ``megatron_core-*.dist-info`` where the checker is run (an unpacked wheel, a test fixture) would change
+    the verdict of every check run there.
+    """
     import os
     import sys
 
+    here = os.path.realpath(os.getcwd())
     for entry in sys.path:
+        if os.path.realpath(entry or ".") == here:
+            continue
         try:
-            names = os.listdir(entry or ".")
+            names = os.listdir(entry)
         except OSError:
             continue
         for name in names:

@@ -141,8 +141,8 @@ BRIDGE_CLEAN = ROOT / "examples" / "configs" / "bridge" / "run_config_clean.yaml
     (("check", str(BRIDGE_CLEAN), "--set", "model.num_layers=1000000"),
      "--set #1: model.num_layers=1000000 is past the checker's limit of 10,000"),
     (("check", str(BRIDGE_CLEAN), "--set", f"model.hidden_size={10**400}"), "a 401-digit number is past"),
-    (("check", str(BRIDGE_CLEAN), "--set", "model.num_layers=1000", "--set", "model.num_moe_experts=100"),
-     "is 100,000 expert-layers, past the checker's limit of 50,000"),
+    (("check", str(BRIDGE_CLEAN), "--set", "model.num_layers=1000", "--set", "model.num_moe_experts=300"),
+     "is 300,000 expert-layers, past the checker's limit of 200,000"),
     (("check", "--flavor", "megatron-lm", "--argv", "--num-layers 100000 --hidden-size 64 --num-attention-heads 4"),
      "--num-layers 100000 is past"),
     (("plan", "--preset", "llama3-8b", "--set", "model.num_layers=1000000"), "limit of 10,000"),
@@ -194,3 +194,14 @@ def test_messages_say_what_is_wrong(text: str, message: str, tmp_path: Path,
     path = tmp_path / "c.yaml"
     path.write_text(text)
     assert message in refused(capsys, "check", str(path))
+
+
+def test_a_dist_info_in_the_current_directory_is_not_an_installation(tmp_path: Path) -> None:
+    """`python -m` puts the current directory on sys.path: a stray megatron_core-0.14.0.dist-info there used to
+    switch the rules to 0.14.0 (here: OPT018 and CFG003 appear on a clean 0.16 config)."""
+    (tmp_path / "megatron_core-0.14.0.dist-info").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "checks", "check", str(BRIDGE_CLEAN), "--format", "json"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    source = json.loads(out.stdout)["assumptions"]["mcore_version_source"]
+    assert "0.14.0" not in source, source

@@ -215,3 +215,16 @@ def test_installs_with_the_skills_cli_and_runs_from_the_installed_copy(tmp_path:
     assert {f["rule"] for f in json.loads(check.stdout)["findings"]} == {"ACT001", "ACT002", "ACT003", "CFG002"}
     assert subprocess.run([sys.executable, "-m", "checks", "lint"], cwd=installed, capture_output=True,
                           text=True, check=False).returncode == 0
+
+
+def test_sections_end_before_the_next_heading_of_their_level_or_above() -> None:
+    """Read in one pass: the old reading sliced the heading list once per heading, quadratic in a CHANGELOG."""
+    from checks.lint.markdown import Document
+
+    text = "# A\nx\n## B\n### C\ny\n## D\n#### E\n# F\n"
+    found = [(s.level, s.title, s.line, s.end) for s in Document.parse("t.md", text).sections()]
+    assert found == [(1, "A", 1, 7), (2, "B", 3, 5), (3, "C", 4, 5), (2, "D", 6, 7), (4, "E", 7, 7), (1, "F", 8, 8)]
+    many = Document.parse("CHANGELOG.md", "# Changelog\n" + "## 0.0.1 (2026-01-01)\n- x\n" * 20_000)
+    sections = many.sections()
+    assert len(sections) == 20_001 and sections[0].end == 40_001 and sections[-1] == sections[-1].__class__(
+        2, "0.0.1 (2026-01-01)", 40_000, 40_001)

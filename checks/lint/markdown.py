@@ -8,7 +8,7 @@ before anything else is read, because commands and sample configs are not prose.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -54,12 +54,17 @@ class Document:
         return cls(path, text, frontmatter, body_start, tuple(prose))
 
     def sections(self) -> list[Section]:
-        heads = [(n, len(m.group(1)), m.group(2)) for n, line in enumerate(self.prose, start=1)
-                 if (m := _HEADING.match(line))]
-        out = []
-        for i, (line, level, title) in enumerate(heads):
-            end = next((later - 1 for later, lvl, _ in heads[i + 1:] if lvl <= level), len(self.prose))
-            out.append(Section(level, title, line, end))
+        """Every heading's section, in order; one pass (a CHANGELOG has thousands of headings)."""
+        out: list[Section] = []
+        unended: list[int] = []  # indices into ``out`` of sections still open, by increasing level
+        for n, line in enumerate(self.prose, start=1):
+            if m := _HEADING.match(line):
+                level = len(m.group(1))
+                while unended and out[unended[-1]].level >= level:  # it ends those at its level or below
+                    i = unended.pop()
+                    out[i] = replace(out[i], end=n - 1)
+                out.append(Section(level, m.group(2), n, len(self.prose)))
+                unended.append(len(out) - 1)
         return out
 
     def section(self, title: str) -> Section | None:
