@@ -7,7 +7,6 @@ rule ids its manifest entry expects.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import yaml
 from checks.config import Environment
 from checks.engine import Finding, run
 from checks.errors import InputError
+from checks.jsonio import dumps
 from checks.loaders import Request, load
 from checks.report import Report, finding_json, render_text
 from checks.versions import DEFAULT_NEMO_RL_VERSION, DEFAULT_VERSION, resolve_nemo_rl_version, resolve_version
@@ -107,9 +107,10 @@ def run_examples(fmt: str) -> int:
         got = sorted(set(f.rule for f in findings))
         results.append((entry, report, findings, got, got == sorted(entry.expect)))
     if fmt == "json":
-        print(json.dumps([{"name": e.name, "command": e.command(), "expected": sorted(e.expect), "got": got,
-                           "ok": ok, "findings": [finding_json(f) for f in findings]}
-                          for e, _, findings, got, ok in results], indent=2))
+        # strict JSON, as check's: a patch's non-finite number is written as a string
+        print(dumps([{"name": e.name, "command": e.command(), "expected": sorted(e.expect), "got": got,
+                      "ok": ok, "findings": [finding_json(f) for f in findings]}
+                     for e, _, findings, got, ok in results]))
     else:
         for entry, report, _, _, ok in results:
             print(f"== {entry.name}: {entry.about}")

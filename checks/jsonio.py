@@ -1,4 +1,4 @@
-"""Strict JSON for every document the CLI prints (``check``, ``plan``, ``lint``)."""
+"""Strict JSON for every document the CLI prints (``check``, ``plan``, ``lint``, ``examples``)."""
 
 from __future__ import annotations
 
