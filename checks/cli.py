@@ -313,21 +313,40 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _overrides(configs: Sequence[object], findings: Sequence[object]) -> str:
+    """The findings' patches as the input writes them: each complete patch whole, in finding order, a key once.
+
+    A patch that does not fix its finding alone (``partial``) is a comment saying what else it needs. Patches
+    that disagree on a key (CFG011) are comments too, naming the rules and their values: neither is printed as
+    an override, nor any other key of those patches, which are meant to be applied whole.
+    """
+    from checks.context import disagreements, proposals
     from checks.engine import Finding
 
-    lines: list[str] = []
-    seen: dict[str, object] = {}
     spelling = configs[0].spelling  # type: ignore[attr-defined]
-    for finding in findings:
-        assert isinstance(finding, Finding)
-        for key, value in (finding.patch or {}).items():
-            if key in seen and seen[key] != value:
-                print(f"warning: findings disagree on {key} ({seen[key]!r} vs {value!r}); keeping the first",
-                      file=sys.stderr)
-                continue
-            if key not in seen:
-                seen[key] = value
-                lines += spelling.override_lines({key: value})
+    patched = [f for f in findings if isinstance(f, Finding) and f.patch]
+    complete = [f for f in patched if not f.partial]
+    conflicts = disagreements(pair for f in complete for pair in proposals(f.rule, {}, f.patch or {}, spelling))
+    lines: list[str] = []
+    seen: set[str] = set()
+    noted: set[str] = set()
+    for finding in patched:
+        patch = finding.patch or {}
+        clash = [key for key in patch if key in conflicts]
+        if finding.partial:
+            lines.append(f"# partial fix of {finding.rule}, not applied: {'; '.join(spelling.override_lines(patch))}. "
+                         f"{finding.partial}")
+        elif clash:
+            for key in clash:
+                if key not in noted:
+                    noted.add(key)
+                    listed = "; ".join(f"{p.rule}: {' '.join(spelling.override_lines({key: p.value}))}"
+                                       for p in conflicts[key])
+                    lines.append(f"# conflict (CFG011) on {key}, choose one: {listed}")
+        else:
+            for key, value in patch.items():
+                if key not in seen:
+                    seen.add(key)
+                    lines += spelling.override_lines({key: value})
     return "\n".join(lines)
 
 
@@ -419,9 +438,9 @@ def _plan(args: argparse.Namespace) -> int:
         entries: list[Entry] = [_planned(_adjust(from_preset(preset), args), budget)]
     else:
         entries = _plan_models(load(request(args)), preset, per_target, args, budget)
-    print(render.render_json_all(entries) if args.format == "json" else render.render_text_all(entries))
-    if args.plot:
+    if args.plot:  # first: a plot that cannot be drawn is an error, and an error prints no plan
         render.plot_all(entries, args.plot)
+    print(render.render_json_all(entries) if args.format == "json" else render.render_text_all(entries))
     return render.exit_code_all(entries)
 
 

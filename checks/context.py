@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from checks.anchors import Upstream, UpstreamCheck
 from checks.config import CanonicalConfig, Environment, Setting, split_path
 from checks.values import coerce
 from checks.versions import ARCHITECTURE_FIELDS, NO_DEFAULT, Profile, profile, version_key
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One finding's complete patch for one key, in the input's spelling."""
+
+    rule: str
+    path: str  # the canonical path the key writes
+    value: Any
+
+
+def disagreements(proposals: Iterable[tuple[str, Proposal]]) -> dict[str, list[Proposal]]:
+    """The keys two patches set to different values, with every proposal for each (in order, one per rule)."""
+    by_key: dict[str, list[Proposal]] = {}
+    for key, proposal in proposals:
+        by_key.setdefault(key, []).append(proposal)
+    # repr: True and 1 are different values for a config, though Python finds them equal
+    return {key: list({p.rule: p for p in found}.values()) for key, found in by_key.items()
+            if len({repr(p.value) for p in found}) > 1}
+
+
+def proposals(rule: str, changes: Mapping[str, Any], spelled: Mapping[str, Any], spelling: Any) -> list[
+        tuple[str, Proposal]]:
+    """A patch as (key, proposal) pairs: ``changes`` in canonical paths, ``spelled`` as the input writes them."""
+    out = []
+    for key, value in spelled.items():
+        path = next((p for p, v in changes.items() if key in spelling.patch({p: v})), next(iter(changes), key))
+        out.append((key, Proposal(rule, path, value)))
+    return out
 
 
 class Context:
@@ -21,6 +52,8 @@ class Context:
         self.unknown_reads: set[str] = set()  # unknown paths read since the engine last cleared it
         self.undecided: dict[str, list[str]] = {}  # unknown path -> rules that read it and so could not decide
         self.stand_in: dict[str, Any] = {}  # the engine's trial values for unknown paths
+        # (input key, proposal) of every complete patch, recorded by the engine for the rules that run last
+        self.patches: list[tuple[str, Proposal]] = []
         for path, setting in cfg.settings.items():
             section, name = split_path(path)
             spec = self.profile.field(section, name) if section != "env" else None
@@ -31,6 +64,10 @@ class Context:
             self.values[path] = value
             if problem is not None:
                 self.invalid[path] = problem
+
+    def record_patch(self, rule: str, changes: Mapping[str, Any], spelled: Mapping[str, Any]) -> None:
+        """Note a finding's complete patch (canonical ``changes``, written as ``spelled``)."""
+        self.patches += proposals(rule, changes, spelled, self.cfg.spelling)
 
     @property
     def version(self) -> str:

@@ -2,18 +2,19 @@
 
 Rules read a :class:`Context` only. The engine skips a rule when a field it
 reads holds a value of the wrong type (CFG002 reports that value once), stamps
-each hit with the rule's id and severity, finds the line to point at, and
-translates patches into the input's own key spelling.
+each hit with the rule's id and severity, finds the line to point at,
+translates patches into the input's own key spelling, and tries each patch on
+the config to mark the ones that do not fix their finding alone (``partial``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from checks.anchors import STAGE_OPTIMIZER, Upstream
-from checks.config import CanonicalConfig, Origin
+from checks.config import CanonicalConfig, Origin, Setting
 from checks.context import Context
 from checks.rules import ALL_RULES
 from checks.rules.base import Hit, Rule
@@ -33,6 +34,7 @@ class Finding:
     upstream: Upstream | None
     patch: dict[str, Any] | None
     paths: tuple[str, ...] = ()  # every path it is about, when several
+    partial: str = ""  # when the patch alone does not fix the finding: what else is needed
 
 
 def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -> list[Finding]:
@@ -41,21 +43,67 @@ def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -
     Unknown is not a default. A rule that reads a value no input states gets a stand-in from the context;
     its outcome counts only if it is the same whatever that value is (:func:`_outcome`). Otherwise the rule
     could not decide, and the rule that runs last (CFG010) names the value, the rules and how to supply it.
+
+    A patch is a promise that applying it removes its finding. Each one is tried on the config (:func:`_trial`);
+    one after which the finding stays, or an error appears that was not there, is marked partial, with what else
+    is needed. The rules that run last see the complete patches in the input's spelling (CFG011: two that
+    disagree on a key).
     """
-    rules = tuple(sorted(rules, key=lambda rule: rule.last))
+    rules = tuple(rules)
+    first = tuple(rule for rule in rules if not rule.last)
+    last = tuple(rule for rule in rules if rule.last)
     findings: list[Finding] = []
     for cfg in configs:
         ctx = Context(cfg)
-        for rule in rules:
-            if not rule.applies_to(cfg.version, cfg.flavor):
-                continue
-            if any(path in ctx.invalid for path in rule.reads):
-                continue
-            hits, undecided = _outcome(rule, ctx)
-            findings.extend(_finding(rule, hit, ctx) for hit in hits)
-            for path in undecided:
-                ctx.undecided.setdefault(path, []).append(rule.id)
+        found = _hits(ctx, first)
+        errors = {(rule.id, hit.path) for rule, hit in found if (hit.severity or rule.severity) == "error"}
+        for rule, hit in found:
+            finding = _finding(rule, hit, ctx)
+            if finding.patch:  # a patch the input can write: does it fix the finding?
+                finding = replace(finding, partial=_trial(cfg, first, rule, hit, errors))
+                if not finding.partial:
+                    ctx.record_patch(rule.id, hit.patch or {}, finding.patch)
+            findings.append(finding)
+        findings.extend(_finding(rule, hit, ctx) for rule, hit in _hits(ctx, last))
     return sorted(findings, key=_order)
+
+
+def _hits(ctx: Context, rules: Sequence[Rule]) -> list[tuple[Rule, Hit]]:
+    found: list[tuple[Rule, Hit]] = []
+    for rule in rules:
+        if not rule.applies_to(ctx.cfg.version, ctx.cfg.flavor):
+            continue
+        if any(path in ctx.invalid for path in rule.reads):
+            continue
+        hits, undecided = _outcome(rule, ctx)
+        found.extend((rule, hit) for hit in hits)
+        for path in undecided:
+            ctx.undecided.setdefault(path, []).append(rule.id)
+    return found
+
+
+def _trial(cfg: CanonicalConfig, rules: Sequence[Rule], rule: Rule, hit: Hit, errors: set[tuple[str, str]]) -> str:
+    """What else a hit's patch needs: "" when the patch, applied alone, fixes it.
+
+    The patch is applied to the canonical config and the rules run again. The patch fixes the hit when the
+    hit is gone and no error appears that the config did not already have; otherwise the answer names the
+    findings that stay or appear, with their fixes.
+    """
+    if not hit.patch:
+        return ""
+    origin = Origin(arg="patch", note=f"the patch of {rule.id}")
+    changed = {path: Setting(value, replace(origin, key=path)) for path, value in hit.patch.items()}
+    settings = {**cfg.settings, **changed}
+    patched = replace(cfg, settings=settings)
+    after = _hits(Context(patched), rules)
+    stays = [(r, h) for r, h in after if (r.id, h.path) == (rule.id, hit.path)]
+    new = [(r, h) for r, h in after if (h.severity or r.severity) == "error" and (r.id, h.path) not in errors
+           and (r.id, h.path) != (rule.id, hit.path)]
+    if not stays and not new:
+        return ""
+    parts = [f"this finding stays: {h.message}" for _, h in stays[:1]]
+    parts += [f"{r.id} follows: {h.message} (fix: {h.fix})" for r, h in new]
+    return "Not enough alone: " + "; ".join(parts)
 
 
 _MAX_TRIES = 48  # stand-ins tried per rule; beyond, the rule is undecided on what it read

@@ -77,6 +77,8 @@ def finding_json(f: Finding) -> dict[str, Any]:
     }
     if f.patch:
         out["patch"] = f.patch
+    if f.partial:
+        out["partial"] = f.partial
     if f.paths:
         out["paths"] = list(f.paths)
     return out

@@ -58,7 +58,7 @@ def resolve_nemo_rl_version(text: str) -> str:
     wanted = text.strip().lower().lstrip("v")
     if wanted in ("main", "dev"):
         return "main"
-    match = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?", wanted)
+    match = re.fullmatch(r"(\d{1,9})\.(\d{1,9})(?:\.\d+)?", wanted)
     if match:
         for label in NEMO_RL_VERSIONS[:-1]:
             if label.split(".")[:2] == [match.group(1), match.group(2)]:
@@ -128,7 +128,7 @@ def parse_te_version(text: str) -> tuple[int, int]:
     """``2.10``, ``2.10.0``, ``2.10.0.dev0+abc`` -> ``(2, 10)``; ``none`` (not installed) -> ``(0, 0)``."""
     if text.strip().lower() in ("none", "absent", "0"):
         return (0, 0)
-    match = re.match(r"\s*v?(\d+)\.(\d+)", text)
+    match = re.match(r"\s*v?(\d{1,9})\.(\d{1,9})", text)
     if not match:
         raise InputError("--te-version", f"{text!r} is not a Transformer Engine version such as 2.10 (or none)")
     return int(match.group(1)), int(match.group(2))
@@ -169,7 +169,7 @@ def resolve_version(text: str) -> str:
         for label in VERSIONS:
             if profile(label).commit.startswith(commit):
                 return label
-    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(?:\d+|x)(?:rc\d+)?)?", wanted)
+    match = re.fullmatch(r"v?(\d{1,9})\.(\d{1,9})(?:\.(?:\d+|x)(?:rc\d+)?)?", wanted)
     if match:
         key = (int(match.group(1)), int(match.group(2)))
         for label in VERSIONS:

@@ -398,7 +398,7 @@ class MegatronLmSpelling:
     def override_lines(self, patch: Mapping[str, Any]) -> list[str]:
         lines = []
         for flag, value in patch.items():
-            if value is None:
+            if value is None or value == []:  # nargs='+' takes no empty list; leaving the flag out gives []
                 lines.append(f"# remove {flag}")
             elif value is True:
                 lines.append(flag)

@@ -10,12 +10,14 @@ from checks.rules import (
     optimizer,
     optimizer_split,
     precision,
+    recompute,
     transformer_engine,
 )
 from checks.rules.base import Rule
 
 _FAMILIES: tuple[tuple[Rule, ...], ...] = (
     layer_offload.RULES,  # ACT: cpu_offloading*
+    recompute.RULES,  # ACT: the recompute settings the offload rules read and their fixes change
     fine_grained.RULES,  # FGA: fine_grained_activation_offloading + offload_modules
     fine_grained_graphs.RULES,  # FGA: the same under CUDA graphs
     optimizer.RULES,  # OPT: optimizer_cpu_offload, HybridDeviceOptimizer

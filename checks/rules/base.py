@@ -29,6 +29,7 @@ class Example:
     nemo_rl: str | None = None  # --nemo-rl-version; None: the default
     overrides: tuple[str, ...] = ()  # --set KEY=VALUE, applied to the YAML
     complete: bool = True  # the YAML is the whole config (--assume-defaults): what it leaves out holds its default
+    also: tuple[str, ...] = ()  # other rules the example triggers, for a rule about other findings (CFG011)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from checks.context import Context
+from checks.values import show
 
 _MIGRATED = ("full_iteration", "full_iteration_inference")
 
@@ -46,3 +47,23 @@ def graph_impl(ctx: Context) -> str:
 
 GRAPH_READS: tuple[str, ...] = ("model.cuda_graph_impl", "model.enable_cuda_graph", "model.external_cuda_graph",
                                 "model.cuda_graph_scope", "model.cuda_graph_modules")
+
+
+def graph_impl_patch(ctx: Context, impl: str) -> dict[str, Any]:
+    """A patch after which megatron-core ends up with CUDA-graph implementation ``impl``.
+
+    The deprecated switches win over ``cuda_graph_impl`` (:func:`graph_impl`), so setting ``cuda_graph_impl`` alone
+    leaves ``enable_cuda_graph``'s local graphs in place, and megatron-core refuses either switch with an
+    implementation set (NVIDIA/Megatron-LM@d98e8a64 ``TransformerConfig.__post_init__``, "Do not use
+    enable_cuda_graph or external_cuda_graph with cuda_graph_impl."): they go off.
+    """
+    patch: dict[str, Any] = {p: False for p in ("model.enable_cuda_graph", "model.external_cuda_graph")
+                             if ctx.exists(p) and ctx.get(p)}
+    if ctx.exists("model.cuda_graph_impl") and (str(ctx.get("model.cuda_graph_impl") or "none") != impl or not patch):
+        patch["model.cuda_graph_impl"] = impl
+    return patch or {"model.cuda_graph_impl": impl}
+
+
+def patch_text(patch: dict[str, Any]) -> str:
+    """``cuda_graph_impl=none, enable_cuda_graph=false``: a patch as a fix names it."""
+    return ", ".join(f"{path.split('.', 1)[1]}={show(value)}" for path, value in sorted(patch.items()))

@@ -28,6 +28,36 @@ def allowed_modules(ctx: Context) -> tuple[str, ...]:
     return names
 
 
+def repaired_modules(ctx: Context, on: bool | None = None) -> list[str]:
+    """`offload_modules` with every fix the module-list rules know applied, in the user's order.
+
+    Every rule that patches `offload_modules` proposes this one list, so that their patches agree (two that did
+    not would be a conflict, CFG011) and applying any of them fixes the list for the others too: a typo becomes
+    the closest valid name (FGA003; a name without one stays), `core_attn` joins `attn_proj` (FGA004), MoE modules
+    leave a recomputed MoE layer (FGA008), `expert_fc1`/`moe_act` leave `fused_group_mlp` (FGA010), the modules
+    paged stashing covers leave (FGA011), and norms Transformer Engine fuses away leave (FGA014). ``on``: as if
+    fine-grained offloading were on (FGA005's patch turns it on); by default, as it is.
+    """
+    on = bool(ctx.get(_SWITCH)) if on is None else on
+    modules = list(ctx.get(_MODULES) or [])
+    if on:
+        allowed = allowed_modules(ctx)
+        modules = [m if m in allowed else next(iter(_close_matches(m, allowed, n=1, cutoff=0.6)), m) for m in modules]
+        if "attn_proj" in modules and "core_attn" not in modules:
+            modules.insert(modules.index("attn_proj"), "core_attn")
+        if _selective(ctx) and "moe" in _recompute_modules(ctx):
+            modules = [m for m in modules if m not in _MOE_MODULES]
+        if "fused_group_mlp" in modules and ctx.at_least("0.19"):
+            modules = [m for m in modules if m not in ("expert_fc1", "moe_act")]
+        if ctx.get("model.transformer_impl") == "transformer_engine":
+            idle = _idle_norms(ctx, set(modules))
+            modules = [m for m in modules if m not in idle]
+    if ctx.get("model.moe_paged_stash"):
+        covered = _paged_stash_covers(ctx)
+        modules = [m for m in modules if m not in covered]
+    return list(dict.fromkeys(modules))
+
+
 def _set_repr(names: list[str] | tuple[str, ...]) -> str:
     # upstream prints Python set reprs; their order varies between runs, so sorted here
     return "{" + ", ".join(repr(n) for n in sorted(names)) + "}"
@@ -118,9 +148,8 @@ def check_modules_valid(ctx: Context) -> Iterator[Hit]:
             hints.append(f"{name!r}: did you mean {close[0]!r} (megatron-core 0.19 or later)?")
         elif close:
             hints.append(f"{name!r}: did you mean {close[0]!r}?")
-    repaired = [m if m in allowed else next(iter(_close_matches(m, allowed, n=1, cutoff=0.6)), None)
-                for m in modules]
-    patch = {_MODULES: list(dict.fromkeys(r for r in repaired if r))} if all(repaired) else None
+    repairable = all(_close_matches(m, allowed, n=1, cutoff=0.6) for m in invalid)
+    patch = {_MODULES: repaired_modules(ctx)} if repairable else None
     yield Hit(_MODULES, f"offload_modules has {', '.join(repr(n) for n in invalid)}, not valid in megatron-core "
               f"{ctx.version}" + (f" ({'; '.join(hints)})" if hints else ""),
               f"Use only {', '.join(allowed)}", patch=patch,
@@ -146,7 +175,7 @@ def check_attn_proj(ctx: Context) -> Iterator[Hit]:
     if ctx.get(_SWITCH) and "attn_proj" in modules and "core_attn" not in modules:
         yield Hit(_MODULES, f"offload_modules={modules} has attn_proj without core_attn",
                   "Add core_attn to offload_modules, or drop attn_proj",
-                  patch={_MODULES: ["core_attn", *modules]}, upstream=ctx.upstream(up.F4_ATTN_PROJ))
+                  patch={_MODULES: repaired_modules(ctx)}, upstream=ctx.upstream(up.F4_ATTN_PROJ))
 
 
 def check_transformer_engine(ctx: Context) -> Iterator[Hit]:
@@ -186,7 +215,10 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
         non-empty, or `min_offloaded_tensor_size`, `activation_offload_fraction`,
         `delta_offload_bytes_across_pp_ranks`,
         `fine_grained_offloading_max_inflight_offloads` or
-        `delay_offload_until_cuda_graph` is set to a non-default value.
+        `delay_offload_until_cuda_graph` is set to a non-default value. The fix turns the
+        switch on (with the module list the checks that then apply accept), unless
+        layer-level offloading is on or asked for too (`cpu_offloading_num_layers`): only
+        one of the two may be on (FGA001), and which is the user's choice.
 
     Why it matters:
         megatron-core reads none of them without the switch and checks none of their
@@ -200,9 +232,16 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
         return
     modules = ctx.get(_MODULES)
     if ctx.stated(_MODULES) and modules and not _forced_off(ctx):
+        patch: dict[str, object] | None = {_SWITCH: True}
+        repaired = repaired_modules(ctx, on=True)
+        if repaired != list(modules):  # the list as the checks that now apply want it
+            patch = {_SWITCH: True, _MODULES: repaired} if repaired else None
+        layers = "model.cpu_offloading_num_layers"
+        if ctx.get("model.cpu_offloading") or (ctx.stated(layers) and (ctx.get(layers) or 0) > 0):
+            # layer-level offloading is on, or asked for too (ACT006 offers to turn it on): only one may be (FGA001)
+            patch = None
         yield Hit(_MODULES, f"offload_modules={modules} has no effect because fine_grained_activation_offloading "
-                  "is false", "Set fine_grained_activation_offloading=true, or remove offload_modules",
-                  patch={_SWITCH: True} if not ctx.get("model.cpu_offloading") else None)
+                  "is false", "Set fine_grained_activation_offloading=true, or remove offload_modules", patch=patch)
     for name in ("min_offloaded_tensor_size", "activation_offload_fraction", "delta_offload_bytes_across_pp_ranks",
                  "fine_grained_offloading_max_inflight_offloads", "delay_offload_until_cuda_graph"):
         path = f"model.{name}"
@@ -278,7 +317,7 @@ def check_moe_recompute(ctx: Context) -> Iterator[Hit]:
     yield Hit(_MODULES, f"offloading {inside} inside a recomputed MoE layer ('moe' in recompute_modules)"
               + ("" if upstream else f"; megatron-core {ctx.version} accepts it, 0.19 refuses it"),
               "Remove 'moe' from recompute_modules, or remove the MoE modules from offload_modules",
-              patch={_MODULES: sorted(_modules(ctx) - _MOE_MODULES)} if _modules(ctx) - _MOE_MODULES else None,
+              patch={_MODULES: repaired_modules(ctx)} if repaired_modules(ctx) else None,
               upstream=upstream)
 
 
@@ -345,7 +384,7 @@ def check_fused_group_mlp(ctx: Context) -> Iterator[Hit]:
     partial = sorted(modules & {"expert_fc1", "moe_act"})
     if partial:
         yield Hit(_MODULES, f"offload_modules has fused_group_mlp together with {partial}",
-                  "Keep fused_group_mlp alone for the MoE MLP", patch={_MODULES: sorted(modules - set(partial))},
+                  "Keep fused_group_mlp alone for the MoE MLP", patch={_MODULES: repaired_modules(ctx)},
                   upstream=ctx.upstream(up.F11_FUSED_EXCLUSIVE,
                                         modules="{" + ", ".join(repr(m) for m in partial) + "}"))
 
@@ -375,14 +414,22 @@ def check_paged_stash_modules(ctx: Context) -> Iterator[Hit]:
                   "\"TypeError: 'NoneType' object is not iterable\"", "Write offload_modules: [] instead of null",
                   patch={_MODULES: []}, upstream=ctx.upstream(up.F12_NULL_MODULES))
         return
-    covered = {"expert_fc1", "moe_act"} | ({"fused_group_mlp"} if ctx.at_least("0.19") else set())
-    conflict = sorted(_modules(ctx) & covered)
+    conflict = sorted(_modules(ctx) & _paged_stash_covers(ctx))
     if conflict:
         check = up.F12_PAGED_STASH if ctx.at_least("0.19") else up.F12_PAGED_STASH_018
-        yield Hit(_MODULES, f"moe_paged_stash=true and offload_modules has {conflict}",
-                  "Remove those modules from offload_modules (paged stash covers them)",
-                  patch={_MODULES: sorted(_modules(ctx) - set(conflict))},
+        patch: dict[str, object] = {_MODULES: repaired_modules(ctx)}
+        fix = "Remove those modules from offload_modules (paged stash covers them)"
+        if ctx.get(_SWITCH) and not patch[_MODULES]:
+            # nothing would be left to offload, and an empty list with the switch on is refused (FGA002)
+            patch[_SWITCH] = False
+            fix += ", and turn fine-grained offloading off: nothing else is left for it"
+        yield Hit(_MODULES, f"moe_paged_stash=true and offload_modules has {conflict}", fix, patch=patch,
                   upstream=ctx.upstream(check, modules="{" + ", ".join(repr(m) for m in conflict) + "}"))
+
+
+def _paged_stash_covers(ctx: Context) -> set[str]:
+    """The offload modules whose activations MoE paged stashing already moves."""
+    return {"expert_fc1", "moe_act"} | ({"fused_group_mlp"} if ctx.at_least("0.19") else set())
 
 
 def check_mhc_recompute(ctx: Context) -> Iterator[Hit]:
@@ -468,21 +515,26 @@ def check_fused_norms(ctx: Context) -> Iterator[Hit]:
     modules = _modules(ctx)
     if not ctx.get(_SWITCH) or ctx.get("model.transformer_impl") != "transformer_engine":
         return
-    dense = ctx.stated("model.num_moe_experts") and not ctx.get("model.num_moe_experts")
-    real_input_norm = _real_input_norm(ctx) if "attn_norm" in modules else True
-    idle = [m for m in ("attn_norm", "mlp_norm")
-            if m in modules and (real_input_norm is False if m == "attn_norm" else dense)]
+    idle = _idle_norms(ctx, modules)
     if idle:
         yield Hit(_MODULES, f"offload_modules has {idle}, which Transformer Engine fuses into the following linear "
                   "layer: nothing is offloaded for them", "Offload core_attn/attn_proj, or qkv_linear instead",
-                  patch={_MODULES: sorted(modules - set(idle))} if modules - set(idle) else None)
-    if real_input_norm is None:
+                  patch={_MODULES: repaired_modules(ctx)} if repaired_modules(ctx) else None)
+    if "attn_norm" in modules and _real_input_norm(ctx) is None:
         yield Hit(_MODULES, "offload_modules has 'attn_norm', which offloads nothing unless the model uses "
                   "multi-latent attention without mla_down_proj_fusion (or DeepSeek sparse attention): with "
                   "standard attention Transformer Engine fuses the input norm into the QKV projection, and the "
                   "config does not say which attention the model uses",
                   "Say it: set model.multi_latent_attention (and mla_down_proj_fusion), or drop attn_norm for a "
                   "standard-attention model")
+
+
+def _idle_norms(ctx: Context, modules: set[str]) -> list[str]:
+    """The norms in ``modules`` a Transformer Engine layer spec fuses into the next linear layer."""
+    dense = ctx.stated("model.num_moe_experts") and not ctx.get("model.num_moe_experts")
+    real_input_norm = _real_input_norm(ctx) if "attn_norm" in modules else True
+    return [m for m in ("attn_norm", "mlp_norm") if m in modules and (real_input_norm is False if m == "attn_norm"
+                                                                       else dense)]
 
 
 def _real_input_norm(ctx: Context) -> bool | None:
@@ -701,7 +753,8 @@ RULES: tuple[Rule, ...] = (
     Rule("FGA005", "fine-grained-knobs-without-switch", WARNING, check_knobs_without_switch,
          bad=Example("model:\n  offload_modules: [core_attn]\n"),
          good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
-         reads=(_SWITCH, _MODULES, "model.cpu_offloading", "model.min_offloaded_tensor_size",
+         reads=(_SWITCH, _MODULES, "model.cpu_offloading", "model.cpu_offloading_num_layers",
+                "model.min_offloaded_tensor_size",
                 "model.activation_offload_fraction", "model.delta_offload_bytes_across_pp_ranks",
                 "model.fine_grained_offloading_max_inflight_offloads", "model.delay_offload_until_cuda_graph"),
          since=_FGA_SINCE),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from checks.context import Context
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, Example, Hit, Rule
-from checks.rules.cuda_graphs import GRAPH_READS, graph_impl, graph_modules
+from checks.rules.cuda_graphs import GRAPH_READS, graph_impl, graph_impl_patch, graph_modules, patch_text
 
 _SWITCH = "model.fine_grained_activation_offloading"
 _MODULES = "model.offload_modules"
@@ -27,9 +27,15 @@ def bridge_local_guard(ctx: Context, impl: str) -> Hit | None:
         return None
     scopes = graph_modules(ctx)
     modules = f" with scopes {scopes}" if scopes else ""
+    if ctx.at_least("0.18"):
+        patch = graph_impl_patch(ctx, "transformer_engine")
+        fix = f"Use {patch_text(patch)} for per-module capture"
+    else:  # before 0.18 no CUDA-graph implementation works with fine-grained offloading (FGA019)
+        patch = graph_impl_patch(ctx, "none")
+        fix = f"Turn CUDA graphs off ({patch_text(patch)}): megatron-core {ctx.version} supports none with " \
+              "fine-grained offloading (0.18 adds Transformer Engine graphs)"
     return Hit("model.cuda_graph_impl", "Megatron Bridge allows cuda_graph_impl=local only for full-iteration "
-               "graphs", "Use cuda_graph_impl=transformer_engine for per-module capture",
-               patch={"model.cuda_graph_impl": "transformer_engine"},
+               "graphs", fix, patch=patch,
                upstream=ctx.upstream(up.BRIDGE_LOCAL_GRAPH, modules=modules), at=(_SWITCH,))
 
 
@@ -91,23 +97,26 @@ def check_graph_implementation(ctx: Context) -> Iterator[Hit]:
     if impl is None or bridge_local_guard(ctx, impl) is not None:
         return
     if not ctx.at_least("0.18"):
+        off = graph_impl_patch(ctx, "none")
         if impl == "full_iteration":
             yield Hit("model.cuda_graph_impl", f"cuda_graph_impl=full_iteration does not exist in megatron-core "
-                      f"{ctx.version} (it arrived in 0.18)", "Upgrade megatron-core to 0.18 or later",
+                      f"{ctx.version} (it arrived in 0.18)",
+                      f"Upgrade megatron-core to 0.18 or later, or set {patch_text(off)}", patch=off,
                       upstream=ctx.upstream(up.C6_GRAPH_IMPL, impl=impl), at=(_SWITCH,))
         else:
             yield Hit("model.cuda_graph_impl", f"fine-grained offloading under {impl} CUDA graphs: megatron-core "
                       f"{ctx.version} does not validate or order the offload copies against graph capture",
-                      "Upgrade megatron-core to 0.18 or later, or turn CUDA graphs off", at=(_SWITCH,))
+                      f"Upgrade megatron-core to 0.18 or later, or turn CUDA graphs off ({patch_text(off)})",
+                      patch=off, at=(_SWITCH,))
         return
     modules = set(ctx.get(_MODULES) or [])
     local_partial = impl == "local" and bool(modules) and modules <= _MOE_MODULES and "moe" not in graph_modules(ctx)
     if impl in ("transformer_engine", "full_iteration") or (ctx.at_least("0.19") and local_partial):
         return
     check = up.G3_IMPL if ctx.at_least("0.19") else up.G3_IMPL_018
+    patch = graph_impl_patch(ctx, "transformer_engine")
     yield Hit("model.cuda_graph_impl", f"fine-grained offloading is not supported with cuda_graph_impl={impl}"
-              + (" and these modules" if impl == "local" else ""),
-              "Use cuda_graph_impl=transformer_engine", patch={"model.cuda_graph_impl": "transformer_engine"},
+              + (" and these modules" if impl == "local" else ""), f"Use {patch_text(patch)}", patch=patch,
               upstream=ctx.upstream(check), at=(_SWITCH,))
 
 

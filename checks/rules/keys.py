@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from checks.config import Unrecognised
-from checks.context import Context
+from checks.context import Context, disagreements
 from checks.formats import BRIDGE_SECTIONS, is_offload_related, normalise
 from checks.formats import close_matches as _close_matches
 from checks.rules import upstream as up
@@ -99,14 +99,11 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
         if _elsewhere(ctx, item):
             continue  # CFG003 reports keys that exist in another version
         offload = is_offload_related(item.name)
-        suggestion = _suggest(ctx, item)
-        if item.section == "":
-            if suggestion is None:
-                continue
-        elif not offload and item.consequence != "crash":
-            continue
-        elif not offload and item.section == "argv":
+        if item.section != "" and not offload and (item.consequence != "crash" or item.section == "argv"):
             continue  # scripts carry other programs' flags (torchrun, python); only offload flags are ours
+        suggestion = _suggest(ctx, item)  # only now: difflib over a section's fields, for each of 20k keys, is slow
+        if item.section == "" and suggestion is None:
+            continue
         key = item.setting.origin.key or item.name
         home = _home(ctx, item) if item.section in ("model", "optimizer", "ddp") else None
         nemo_rl_overrides = "model_overrides" in nemo_rl_keys(ctx.cfg.environment.nemo_rl_version)
@@ -210,6 +207,39 @@ def check_undecided(ctx: Context) -> Iterator[Hit]:
         yield Hit(paths[0], f"{count} the rules need {'are' if len(paths) != 1 else 'is'} unknown, because {reason}; "
                   f"the rules named could not decide: {listed}", f"State {'them' if len(paths) != 1 else 'it'}: "
                   f"{supply}", at=tuple(paths[1:]), paths=tuple(paths))
+
+
+def check_conflicting_patches(ctx: Context) -> Iterator[Hit]:
+    """Two findings whose fixes set one key to different values.
+
+    What it checks:
+        Runs after every other rule. Each finding whose fix is a change of values carries a patch
+        (`--emit-overrides` prints them, the JSON output has them as `patch`). When two findings' patches
+        set the same key, as the input spells it, to different values, this names the key, the rules and
+        the values each proposes. Only complete patches count: a partial one (`partial` in the JSON) is
+        printed as a comment anyway. On a Megatron-LM command line two canonical fields can share one
+        flag (`cpu_offloading=false` is written `--cpu-offloading-num-layers 0`, since Megatron-LM turns
+        layer-level offloading on from the layer count), so they can disagree too.
+
+    Why it matters:
+        Only one value can win. Applying both keeps whichever comes last and leaves the other finding
+        in place, or brings it back on the next check; which fix is right is the user's choice (keep the
+        feature and fix its settings, or turn it off). `--emit-overrides` prints neither value for such
+        a key, only a comment naming the conflict, and keeps every other patch of those findings back too,
+        since each patch is meant to be applied whole.
+
+    Source:
+        Goes beyond upstream: the checker's own fixes. Megatron-LM derives `cpu_offloading` from
+        `--cpu-offloading-num-layers` (NVIDIA/Megatron-LM@d98e8a64:megatron/training/arguments.py:1950).
+    """
+    spelling = ctx.cfg.spelling
+    for key, found in disagreements(ctx.patches).items():
+        listed = "; ".join(f"{p.rule} proposes {' '.join(spelling.override_lines({key: p.value}))}" for p in found)
+        rules = ", ".join(p.rule for p in found)
+        paths = tuple(dict.fromkeys(p.path for p in found))
+        yield Hit(found[0].path, f"the fixes of {rules} disagree on {key}: {listed}",
+                  f"Choose one: read the fixes of {rules}, set {key} to the value you mean, and check again "
+                  "(--emit-overrides prints neither value)", at=paths[1:], paths=paths if len(paths) > 1 else ())
 
 
 def check_unverified_override(ctx: Context) -> Iterator[Hit]:
@@ -556,8 +586,13 @@ RULES: tuple[Rule, ...] = (
          good=Example("_target_: megatron.bridge.training.config.ConfigContainer\nmodel:\n  num_layers: 8\n"
                       "  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n", complete=False),
          flavors=frozenset({"bridge", "nemo-rl"}), last=True),
+    Rule("CFG011", "conflicting-fixes", WARNING, check_conflicting_patches,
+         bad=Example("--num-layers 4 --cpu-offloading-num-layers 6 --moe-paged-stash", "megatron-lm", version="0.19.2",
+                     also=("ACT001", "ACT007")),
+         good=Example("--num-layers 4 --cpu-offloading-num-layers 2", "megatron-lm", version="0.19.2"),
+         last=True),
     Rule("CFG009", "override-unverified", INFO, check_unverified_override,
-         bad=Example("model:\n  num_layers: 8\n", overrides=("+model.recompute_granularity=full",)),
-         good=Example("model:\n  num_layers: 8\n", overrides=("++model.recompute_granularity=full",)),
+         bad=Example("model:\n  num_layers: 8\n", overrides=("+model.recompute_granularity=selective",)),
+         good=Example("model:\n  num_layers: 8\n", overrides=("++model.recompute_granularity=selective",)),
          flavors=frozenset({"bridge", "nemo-rl"})),
 )

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from checks.context import Context
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule
-from checks.rules.cuda_graphs import graph_impl
+from checks.rules.cuda_graphs import graph_impl, graph_impl_patch, patch_text
 
 _SWITCH = "model.cpu_offloading"
 _LAYERS = "model.cpu_offloading_num_layers"
@@ -172,17 +172,17 @@ def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
         return
     path = next((p for p in ("model.enable_cuda_graph", "model.external_cuda_graph") if ctx.get(p)),
                 "model.cuda_graph_impl")
+    off = graph_impl_patch(ctx, "none")
     if impl == "full_iteration":
         yield Hit(path, f"cuda_graph_impl='full_iteration' does not exist in megatron-core {ctx.version}; it "
                   "arrived in 0.18, which also exempts it from the CPU-offloading check",
-                  "Upgrade megatron-core to 0.18 or later, or set cuda_graph_impl=none",
-                  patch={"model.cuda_graph_impl": "none"}, upstream=ctx.upstream(up.C6_GRAPH_IMPL, impl=impl),
-                  at=(_SWITCH,))
+                  f"Upgrade megatron-core to 0.18 or later, or set {patch_text(off)}",
+                  patch=off, upstream=ctx.upstream(up.C6_GRAPH_IMPL, impl=impl), at=(_SWITCH,))
         return
     hint = " or use cuda_graph_impl=full_iteration, the only graph mode allowed with it" if ctx.at_least("0.18") else ""
     yield Hit(path, f"cpu_offloading=true with CUDA graphs ({impl}): megatron-core refuses the combination",
-              f"Turn CUDA graphs off (cuda_graph_impl=none){hint}, or turn cpu_offloading off",
-              patch={p: (False if p != "model.cuda_graph_impl" else "none") for p in (path,)},
+              f"Turn CUDA graphs off ({patch_text(off)}){hint}, or turn cpu_offloading off",
+              patch=off,
               upstream=ctx.upstream(up.C4_CUDA_GRAPHS), at=(_SWITCH,))
 
 
@@ -313,7 +313,9 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     What it checks:
         `cpu_offloading` is false and `cpu_offloading_num_layers` is above 0, or
         `cpu_offloading_double_buffering` / `cpu_offloading_retain_pinned_cpu_buffers`
-        is true. When enabling it as written would fail, the message says why.
+        is true. When enabling it as written would fail, the message says why; the fix turns
+        the switch on only when it would not, and not when `offload_modules` asks for
+        fine-grained offloading as well (only one of the two may be on, FGA001).
 
     Why it matters:
         Megatron Bridge never derives the switch from the layer count (the Megatron-LM
@@ -330,10 +332,15 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     if ctx.stated(_LAYERS) and layers > 0:
         problems = blockers(ctx, layers)
         tail = f"; enabling it as written would fail: {', '.join(problems)}" if problems else ""
+        modules = "model.offload_modules"
+        # offload_modules asks for fine-grained offloading (FGA005 offers to turn it on): only one may be on
+        other = ctx.exists(modules) and ctx.stated(modules) and bool(ctx.get(modules))
         yield Hit(_LAYERS, f"cpu_offloading_num_layers={layers} has no effect because cpu_offloading is "
                   f"false{tail}",
-                  "Set cpu_offloading=true to offload these layers, or remove cpu_offloading_num_layers",
-                  patch=None if problems else {_SWITCH: True})
+                  "Set cpu_offloading=true to offload these layers, or remove cpu_offloading_num_layers"
+                  + ("; offload_modules asks for fine-grained offloading too, and only one of the two may be on"
+                     if other and not problems else ""),
+                  patch=None if problems or other else {_SWITCH: True})
     for path, active in _KNOBS:
         if ctx.exists(path) and ctx.stated(path) and ctx.get(path) == active:
             name = path.split(".", 1)[1]

@@ -143,7 +143,9 @@ def check_precision_aware_cli(ctx: Context) -> Iterator[Hit]:
 
     What it checks:
         A Megatron-LM command line has `--optimizer-cpu-offload` without
-        `--use-precision-aware-optimizer`.
+        `--use-precision-aware-optimizer`. The fix adds `--use-distributed-optimizer` too
+        when it is missing; with another optimizer than Adam (OPT007) or fp32 parameters
+        (OPT011) it is partial and says so.
 
     Why it matters:
         `validate_args` asserts at start-up: the hybrid optimizer reuses the
@@ -154,11 +156,15 @@ def check_precision_aware_cli(ctx: Context) -> Iterator[Hit]:
         Megatron-LM `megatron/training/arguments.py` `validate_args`, every version.
     """
     if ctx.get(_SWITCH) and not ctx.get("optimizer.use_precision_aware_optimizer"):
+        # The precision-aware optimizer needs the distributed optimizer (OPT008): the patch adds both.
+        patch = {"optimizer.use_precision_aware_optimizer": True}
+        if not ctx.get(_DISTOPT):
+            patch[_DISTOPT] = True
         yield Hit("optimizer.use_precision_aware_optimizer",
                   "--optimizer-cpu-offload without --use-precision-aware-optimizer",
-                  "Add --use-precision-aware-optimizer (with --use-distributed-optimizer)",
-                  patch={"optimizer.use_precision_aware_optimizer": True},
-                  upstream=ctx.upstream(up.A1_PRECISION_AWARE), at=(_SWITCH,))
+                  "Add --use-precision-aware-optimizer" + (" and --use-distributed-optimizer" if len(patch) > 1
+                                                           else ""),
+                  patch=patch, upstream=ctx.upstream(up.A1_PRECISION_AWARE), at=(_SWITCH,))
 
 
 def check_fp8_param_gather_cli(ctx: Context) -> Iterator[Hit]:
@@ -210,7 +216,8 @@ def check_without_precision_aware(ctx: Context) -> Iterator[Hit]:
     What it checks:
         A Bridge or NeMo-RL config with `optimizer_cpu_offload` and the distributed
         optimizer but `use_precision_aware_optimizer` false. (The Megatron-LM command line
-        refuses this; see OPT005.)
+        refuses this; see OPT005.) With an optimizer other than Adam the precision-aware
+        optimizer is not a way out (it supports Adam only, OPT007), so no patch is offered.
 
     Why it matters:
         Without it, the distributed optimizer keeps its own fp32 main-parameter shard on
@@ -222,11 +229,20 @@ def check_without_precision_aware(ctx: Context) -> Iterator[Hit]:
         Beyond upstream: megatron-core `_get_megatron_optimizer_based_on_param_groups`
         and `DistributedOptimizer`; Megatron-LM's `validate_args` requires the flag.
     """
-    if ctx.get(_SWITCH) and ctx.get(_DISTOPT) and not ctx.get("optimizer.use_precision_aware_optimizer"):
-        yield Hit("optimizer.use_precision_aware_optimizer", "optimizer_cpu_offload without "
-                  "use_precision_aware_optimizer: fp32 main parameters stay on the GPU, only the moments move",
-                  "Set use_precision_aware_optimizer=true (with the distributed optimizer)",
-                  patch={"optimizer.use_precision_aware_optimizer": True}, at=(_SWITCH,))
+    if not (ctx.get(_SWITCH) and ctx.get(_DISTOPT) and not ctx.get("optimizer.use_precision_aware_optimizer")):
+        return
+    name = ctx.get("optimizer.optimizer")
+    if name != "adam":  # the precision-aware optimizer supports Adam only (OPT007): no switch to offer
+        yield Hit("optimizer.use_precision_aware_optimizer", f"optimizer_cpu_offload with optimizer={name!r} "
+                  "without use_precision_aware_optimizer: fp32 main parameters stay on the GPU, only the optimizer "
+                  "state moves", "Plan for the fp32 main parameters on the GPU, or use optimizer=adam with "
+                  "use_precision_aware_optimizer=true (the precision-aware optimizer supports Adam only)",
+                  at=(_SWITCH,))
+        return
+    yield Hit("optimizer.use_precision_aware_optimizer", "optimizer_cpu_offload without "
+              "use_precision_aware_optimizer: fp32 main parameters stay on the GPU, only the moments move",
+              "Set use_precision_aware_optimizer=true (with the distributed optimizer)",
+              patch={"optimizer.use_precision_aware_optimizer": True}, at=(_SWITCH,))
 
 
 def check_adam_or_sgd(ctx: Context) -> Iterator[Hit]:
@@ -436,7 +452,7 @@ RULES: tuple[Rule, ...] = (
          bad=Example("--bf16 --optimizer-cpu-offload --use-distributed-optimizer", "megatron-lm"),
          good=Example("--bf16 --optimizer-cpu-offload --use-distributed-optimizer --use-precision-aware-optimizer",
                       "megatron-lm"),
-         reads=(_SWITCH, "optimizer.use_precision_aware_optimizer"), flavors=frozenset({"megatron-lm"}),
+         reads=(_SWITCH, "optimizer.use_precision_aware_optimizer", _DISTOPT), flavors=frozenset({"megatron-lm"}),
          upstream=(up.A1_PRECISION_AWARE,)),
     Rule("OPT013", "optimizer-offload-needs-distributed-optimizer-nemo-rl", ERROR, check_distributed_optimizer,
          bad=Example(_NRL.format("use_distributed_optimizer: false").replace("aware_optimizer: true",
@@ -446,7 +462,7 @@ RULES: tuple[Rule, ...] = (
     Rule("OPT014", "optimizer-offload-without-precision-aware-optimizer", WARNING, check_without_precision_aware,
          bad=Example(_ON + "  use_precision_aware_optimizer: false\n  use_distributed_optimizer: true\n"),
          good=Example(_ON + "  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"),
-         reads=(_SWITCH, _DISTOPT, "optimizer.use_precision_aware_optimizer"),
+         reads=(_SWITCH, _DISTOPT, "optimizer.use_precision_aware_optimizer", "optimizer.optimizer"),
          flavors=frozenset({"bridge", "nemo-rl"})),
     Rule("OPT015", "optimizer-offload-adam-or-sgd", ERROR, check_adam_or_sgd,
          bad=Example(_ON + "  optimizer: lion\n"), good=Example(_ON + "  optimizer: adam\n"),

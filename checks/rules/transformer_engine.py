@@ -179,6 +179,11 @@ def check_nvte_v1(ctx: Context) -> Iterator[Hit]:
     value = ctx.env_var("NVTE_CPU_OFFLOAD_V1")
     state = "is not set" if value is None else f"is {value!r}"
     patch = {"env.NVTE_CPU_OFFLOAD_V1": "1"} if ctx.flavor != "megatron-lm" else None
+    if ctx.flavor == "bridge" and "NVTE_CPU_OFFLOAD_V1" in ctx.env.variables:
+        # Bridge applies env_vars with os.environ.setdefault (NVIDIA-NeMo/Megatron-Bridge@067f987d:
+        # src/megatron/bridge/training/config.py:1989): the launch environment's value wins, so no
+        # config change can fix it (NeMo-RL hands env_vars to Ray, which sets them over the launch's).
+        fix, patch = "Set NVTE_CPU_OFFLOAD_V1=1 in the launch environment (it wins over the config's env_vars)", None
     if new is None:
         yield Hit("env.NVTE_CPU_OFFLOAD_V1", f"fine-grained offloading with NVTE_CPU_OFFLOAD_V1 {state}: Transformer "
                   f"Engine >= 2.10 then offloads weights too, and the front end refuses to start ({_UNKNOWN})", fix,

@@ -303,3 +303,31 @@ BRIDGE_OVERRIDE_REFUSED = UpstreamCheck(
 NRL_OVERRIDE_REFUSED = UpstreamCheck(
     "nemo-rl", "OverridesError", "Failed to parse Hydra overrides: {error}", STAGE_SETUP,
     fixed="NVIDIA-NeMo/RL@7ea279ab:nemo_rl/utils/config.py:189", evidence=_APPLY_OVERRIDES)
+
+# --- the recompute settings (TransformerConfig.__post_init__, every version; checked in this order) ---
+R1_GRANULARITY = UpstreamCheck(
+    "megatron-core", "ValueError", 'When using recompute_granuarlity: {granularity} must be "full"or "selective".',
+    STAGE_CONFIG, _lines(TC, v0140=827, v0153=906, v0161=1156, v0171=1336, v0182=1546, v0192=1726,
+                         m14346b65=1784, m2a75ac12=1784, main=1903))
+R2_METHOD = UpstreamCheck(
+    "megatron-core", "ValueError", 'recompute_method: {method} must be "block" or "uniform".', STAGE_CONFIG,
+    _lines(TC, v0140=834, v0153=913, v0161=1163, v0171=1343, v0182=1553, v0192=1733,
+           m14346b65=1791, m2a75ac12=1791, main=1910))
+R3_NO_METHOD = UpstreamCheck(
+    "megatron-core", "ValueError",
+    'Using recompute_granularity: {granularity} so recompute_method must be "block" or "uniform"', STAGE_CONFIG,
+    _lines(TC, v0140=838, v0153=917, v0161=1167, v0171=1347, v0182=1557, v0192=1737,
+           m14346b65=1795, m2a75ac12=1795, main=1914))
+R4_NUM_LAYERS = UpstreamCheck(
+    "megatron-core", "ValueError",
+    "When using recompute_granularity: {granularity} recompute_num_layers must be between 1 and "
+    "num_layers_per_pipeline_rank: {per_rank}", STAGE_CONFIG,
+    _lines(TC, v0140=844, v0153=923, v0161=1173, v0171=1353, v0182=1563, v0192=1743,
+           m14346b65=1801, m2a75ac12=1801, main=1920))
+R5_SELECTIVE_LAYERS = UpstreamCheck(
+    "megatron-core", "ValueError", "When using recompute_granularity: {granularity} recompute_num_layers must be None.",
+    STAGE_CONFIG, _lines(TC, v0140=853, v0153=932, v0161=1182, v0171=1362, v0182=1572, v0192=1752,
+                         m14346b65=1810, m2a75ac12=1810, main=1929))
+NRL_RECOMPUTE_GRANULARITY = UpstreamCheck(
+    "nemo-rl", "ValueError", "Invalid recompute_granularity: {granularity!r}. Valid options are 'full' or 'selective'.",
+    STAGE_SETUP, fixed=f"{NEMO_RL_SETUP}:1088")
