@@ -214,10 +214,14 @@ class _Builder:
         except yaml.YAMLError as err:
             raise InputError(self.path, f"invalid YAML value: {getattr(err, 'problem', err)}",
                              node.start_mark.line + 1) from None
-        except (ValueError, TypeError, OverflowError) as err:  # `!!float abc`, an int of over 4,300 digits
+        except (ValueError, TypeError, OverflowError, KeyError, IndexError, AttributeError) as err:
+            # `!!float abc`, an int of over 4,300 digits; PyYAML's constructors raise KeyError for `!!bool 2`,
+            # IndexError for `!!int ''` and AttributeError for `!!timestamp x`
+            why = str(err).splitlines()[0][:120] if isinstance(err, (ValueError, TypeError, OverflowError)) and \
+                str(err) else f"not a valid {node.tag.rsplit(':', 1)[-1]}"
             raise InputError(self.path, f"invalid YAML value {node.value[:40]!r}"
-                             f"{f' ({node.tag})' if node.tag.startswith('tag:yaml.org') else ''}: "
-                             f"{str(err).splitlines()[0][:120]}", node.start_mark.line + 1) from None
+                             f"{f' ({node.tag})' if node.tag.startswith('tag:yaml.org') else ''}: {why}",
+                             node.start_mark.line + 1) from None
 
     def _mapping(self, node: yaml.MappingNode, keys: KeyPath) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -271,6 +275,7 @@ class _Builder:
         for k, v in merged:
             if isinstance(k, yaml.ScalarNode) and (k.value in names or k.value in seen):
                 continue
-            seen.add(getattr(k, "value", ""))
+            if isinstance(k, yaml.ScalarNode):  # a complex key is refused by _mapping, after the merge
+                seen.add(k.value)
             kept.append((k, v))
         return kept + explicit

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from benchmarks.common import write_artifact  # noqa: E402
-from examples.gpt import GPT, GPTConfig, batches, train_step  # noqa: E402
+from examples.gpt import GPT, Block, GPTConfig, batches, train_step  # noqa: E402
 from examples.offload.engine import OffloadEngine, Policy  # noqa: E402
 from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedPolicy  # noqa: E402
 from examples.offload.hybrid_adam import HybridAdamW  # noqa: E402
@@ -34,6 +34,7 @@ from examples.offload.layer import LayerOffloadConfig, LayerPolicy  # noqa: E402
 
 # A run estimated to take longer than this, or any larger-than-default run on a GPU, asks for --yes.
 BUDGET_S = 60.0
+MAX_LAYERS, MAX_HIDDEN = 1024, 65536  # far beyond a run this example is for
 DENSE_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm")
 MOE_MODULES = (*DENSE_MODULES, "expert_fc1", "moe_act")
 
@@ -163,8 +164,46 @@ def loss_table(results: list[dict[str, Any]]) -> str:
     return "\n".join([head] + [r["name"].ljust(width) + "".join(f"{x:9.4f}" for x in r["losses"]) for r in results])
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), as the checker's own command gives it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def footprint_bytes(cfg: GPTConfig, batch_size: int, steps: int) -> int:
+    """A generous estimate of the memory a run needs: fp32 weights, gradients and AdamW state (16 bytes a
+    parameter), the activations one step saves, and ``steps`` batches of tokens. Nothing is allocated: the
+    parameters of one layer are counted on the meta device."""
+    with torch.device("meta"):
+        layer = sum(p.numel() for p in Block(cfg).parameters())
+    params = cfg.num_layers * layer + (2 * cfg.vocab_size + cfg.seq_len + 2) * cfg.hidden_size
+    tokens = batch_size * cfg.seq_len
+    # per layer and token ~34 x hidden bytes in 16-bit (Korthikanti et al. 2022), doubled for fp32, plus the
+    # attention scores a math kernel may materialise; and the logits with their gradient
+    activations = cfg.num_layers * tokens * (68 * cfg.hidden_size + 10 * cfg.num_heads * cfg.seq_len) + \
+        3 * 4 * tokens * cfg.vocab_size
+    return 16 * params + activations + steps * batch_size * (cfg.seq_len + 1) * 8
+
+
+def _memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[1])
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _fits(parser: argparse.ArgumentParser, cfg: GPTConfig, batch_size: int, steps: int, device: torch.device) -> None:
+    """Refuse a run that cannot fit before anything is allocated: an allocation that fails is a traceback."""
+    need, have = footprint_bytes(cfg, batch_size, steps), _memory_bytes(device)
+    if need > have:
+        parser.error(f"this run needs about {need / 2**30:,.1f} GiB, more than the {have / 2**30:,.1f} GiB of "
+                     f"{device.type} memory; make --layers, --hidden, --seq-len, --batch-size or --steps smaller")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("dense", "moe"), default="dense")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                         help="comma-separated; 'all' for every one (default: %(default)s)")
@@ -183,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps and --batch-size must be >= 1, --layers >= 2, --hidden >= 8, --seq-len >= 2")
     if args.hidden % GPTConfig.num_heads:
         parser.error(f"--hidden must be a multiple of the {GPTConfig.num_heads} attention heads, got {args.hidden}")
+    if args.layers > MAX_LAYERS or args.hidden > MAX_HIDDEN:  # a million layers, each a module, never finish building
+        parser.error(f"--layers must be at most {MAX_LAYERS} and --hidden at most {MAX_HIDDEN}, got {args.layers} "
+                     f"and {args.hidden}")
+    if not -2**63 <= args.seed < 2**64:  # what torch.manual_seed takes
+        parser.error(f"--seed must be in [-2**63, 2**64), got {args.seed}")
     if args.out.is_dir() or not args.out.parent.is_dir():  # found out before training, not after it
         parser.error(f"--out {args.out}: give a file path in an existing directory")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -192,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     base = GPTConfig(num_experts=4 if args.model == "moe" else 0)
     cfg = replace(base, num_layers=args.layers, hidden_size=args.hidden, seq_len=args.seq_len,
                   ffn_hidden_size=4 * args.hidden, moe_ffn_hidden_size=2 * args.hidden)
+    _fits(parser, cfg, args.batch_size, 1, device)
     menu = variants(cfg)
     chosen = list(menu) if args.variants == "all" else [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in chosen if v not in menu]
@@ -206,11 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.yes and (estimate_s > BUDGET_S or (device.type == "cuda" and larger)):
         where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
             f"{torch.get_num_threads()} CPU threads"
-        print(f"this run would train {len(chosen)} variants x {args.steps} steps of a "
+        print(f"error: this run would train {len(chosen)} variants x {args.steps} steps of a "
               f"{cfg.num_parameters / 1e6:.1f} M-parameter model on {where}, about {estimate_s:.0f} s; "
               "pass --yes to run it", file=sys.stderr)
         return 2
 
+    _fits(parser, cfg, args.batch_size, args.steps, device)  # every batch is built before the first step
     data = batches(cfg, args.batch_size, args.steps, args.seed, device)
     started = time.perf_counter()
     results = [train(menu[name], cfg, data, args.seed, device) for name in chosen]

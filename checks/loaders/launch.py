@@ -35,6 +35,7 @@ from checks.loaders.shell import Command, Word, commands
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge@067f987d:"
 RUN_RECIPE = f"{BRIDGE}scripts/training/run_recipe.py"
 NEMO_RL = "NVIDIA-NeMo/RL@7ea279ab:"
+MAX_LAUNCHES = 64  # each is loaded and checked as a job of its own (~10 ms); a sweep's script launches a few
 
 # --- wrappers ---------------------------------------------------------------------------------------------------
 
@@ -227,6 +228,9 @@ class _Replica(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:  # --help
         raise _Refused(message or "exits before training (--help)")
 
+    def _print_message(self, message: str, file: object = None) -> None:
+        """--help prints upstream's usage to stdout: that is the launched script's output, not the checker's."""
+
 
 def read(text: str, where: str, *, file: str | None, environment: Mapping[str, str] | None = None) -> list[Launch]:
     """Every training launch in a script (or one command line), in order.
@@ -236,8 +240,9 @@ def read(text: str, where: str, *, file: str | None, environment: Mapping[str, s
     """
     launches: list[Launch] = []
     pending = commands(text, where, environment)
+    pending.reverse()  # popped from the end: popping the front of a long script's commands was quadratic
     while pending:
-        command = pending.pop(0)
+        command = pending.pop()
         try:
             found = _start(command.words)
         except _Unplaceable as err:
@@ -245,9 +250,13 @@ def read(text: str, where: str, *, file: str | None, environment: Mapping[str, s
         if found is None:
             continue
         if isinstance(found, list):  # bash -c "...": its commands run where this one does
-            pending[:0] = [Command(c.words, c.line, {**command.env, **c.env}, c.cwd or command.cwd) for c in found]
+            pending += reversed([Command(c.words, c.line, {**command.env, **c.env}, c.cwd or command.cwd)
+                                 for c in found])
             continue
         launches.append(_launch(command, found, where, file))
+        if len(launches) > MAX_LAUNCHES:
+            raise InputError(f"{where}:{command.line}", f"more than {MAX_LAUNCHES} training launches in one script "
+                                                        "are refused; check them in smaller scripts")
     return launches
 
 

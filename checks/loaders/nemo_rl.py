@@ -269,9 +269,9 @@ def _opd_teachers(tree: trees.Tree, policy: trees.Tree) -> list[_Model]:
     seen: set[Any] = set()
     models = []
     for alias, name in names.items():
-        if not isinstance(name, Setting) or (dedupe and name.value in seen):
+        if not isinstance(name, Setting) or (dedupe and repr(name.value) in seen):  # repr: a list is unhashable
             continue
-        seen.add(name.value)
+        seen.add(repr(name.value))
         models.append(_opd_teacher(tree, policy, alias, name))
     return models
 
@@ -544,7 +544,8 @@ class _Mapper:
             elif name in _SPECIAL:
                 continue
             elif isinstance(node, Setting) and name in self.applied and self.prof.field("model", name) is not None:
-                value = _DTYPES.get(node.value, node.value) if name == "pipeline_dtype" else node.value
+                value = _DTYPES.get(node.value, node.value) if name == "pipeline_dtype" and \
+                    isinstance(node.value, str) else node.value  # a list is unhashable: left for CFG002
                 self.settings[f"model.{name}"] = Setting(value, node.origin)
             elif isinstance(node, dict) and name in self.applied and self.prof.field("model", name) is not None:
                 # a mapping where a field's value goes: kept, so that its type is checked (CFG002), not dropped

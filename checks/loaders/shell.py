@@ -26,6 +26,16 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 _KEYWORDS = frozenset({"then", "do", "else", "elif", "if", "while", "until", "!", "{", "}", "fi", "done", "esac",
                        "time"})
 _SEPARATORS = frozenset(";&|")
+# A variable that doubles itself (A="$A$A", 40 times) expands to 2**40 characters: the expansions of one script
+# are bounded, far above any launch script's (a few KiB), and so is the nesting of ${NAME:-default}.
+MAX_EXPANDED_CHARS = 1_000_000
+MAX_NESTING = 32
+# The reader is Python, a few microseconds a character: a launch script, or a command line, is bounded far above
+# real ones (a few KiB, a few hundred commands), so that any input is read in well under a second.
+MAX_SCRIPT_CHARS = 128 * 1024
+MAX_COMMANDS = 10_000
+_PLAIN = re.compile(r"[^ \t\r\n;&|<>()\\'\"$`]+")  # characters a word holds as they are, outside quotes
+_DOUBLE_QUOTED = re.compile(r"[^\"\\$`]+")  # and inside double quotes
 
 
 class Word(NamedTuple):
@@ -79,9 +89,41 @@ _Segment = _Lit | _Var | _Sub | _Array
 class _Raw:
     def __init__(self, segments: list[_Segment] | None = None) -> None:
         self.segments: list[_Segment] = segments if segments is not None else []
+        # The literal being read: kept in lists and made a _Lit when something else follows (rebuilding the _Lit
+        # for every character made a long word quadratic: a 200 KB word took a minute).
+        self._chars: list[str] = []
+        self._lines: list[int] = []
+        self._quoted = False
+
+    def add(self, segment: _Segment) -> None:
+        self.flush()
+        self.segments.append(segment)
+
+    def char(self, ch: str, line: int, *, quoted: bool) -> None:
+        self.chars(ch, [line], quoted=quoted)
+
+    def chars(self, text: str, lines: list[int], *, quoted: bool) -> None:
+        """More literal text, a line per character: it joins the literal before it when both are quoted or both
+        are not."""
+        if self._chars and self._quoted != quoted:
+            self.flush()
+        if not self._chars:
+            last = self.segments[-1] if self.segments else None
+            if isinstance(last, _Lit) and last.quoted == quoted:  # "" then a character: one literal
+                self.segments.pop()
+                self._chars, self._lines = list(last.text), list(last.lines if last.text else ())
+            self._quoted = quoted
+        self._chars.append(text)
+        self._lines += lines
+
+    def flush(self) -> None:
+        if self._chars:
+            self.segments.append(_Lit("".join(self._chars), tuple(self._lines), self._quoted))
+            self._chars, self._lines = [], []
 
     @property
     def line(self) -> int:
+        self.flush()
         first = self.segments[0]
         if isinstance(first, _Lit):
             return first.lines[0]
@@ -91,14 +133,16 @@ class _Raw:
 
     def literal_prefix(self) -> str:
         """The unquoted literal text the word starts with (where an assignment's NAME= is)."""
+        self.flush()
         first = self.segments[0] if self.segments else None
         return first.text if isinstance(first, _Lit) and not first.quoted else ""
 
 
 class _Lexer:
-    def __init__(self, text: str, where: str, first_line: int = 1) -> None:
+    def __init__(self, text: str, where: str, first_line: int = 1, depth: int = 0) -> None:
         self.text, self.where, self.i, self.line = text, where, 0, first_line
         self.heredocs: list[str] = []
+        self.depth = depth  # how many ${NAME:-...} defaults this text is inside
 
     def error(self, message: str, line: int | None = None) -> InputError:
         return InputError(f"{self.where}:{self.line if line is None else line}", message)
@@ -198,10 +242,9 @@ class _Lexer:
         while self.i < len(self.text):
             ch = self.peek()
             if ch in " \t\r\n" or ch in _SEPARATORS or ch in "<>()":
-                if ch == "(" and raw.segments and _ASSIGNMENT.fullmatch(raw.literal_prefix()) \
-                        and len(raw.segments) == 1:
+                if ch == "(" and _ASSIGNMENT.fullmatch(raw.literal_prefix()) and len(raw.segments) == 1:
                     self.advance()
-                    raw.segments.append(self._array())
+                    raw.add(self._array())
                     continue
                 break
             if ch == "\\":
@@ -216,42 +259,55 @@ class _Lexer:
             if ch == "'":
                 self.advance()
                 start = self.line
-                text, lines = [], []
-                while self.peek() != "'":
-                    if not self.peek():
-                        raise self.error("unterminated single quote", start)
-                    lines.append(self.line)
-                    text.append(self.advance())
+                close = self.text.find("'", self.i)
+                if close < 0:
+                    raise self.error("unterminated single quote", start)
+                text, lines = self._run(close)
                 self.advance()
-                raw.segments.append(_Lit("".join(text), tuple(lines) or (start,), quoted=True))
+                raw.add(_Lit(text, tuple(lines) or (start,), quoted=True))
                 if not text:
-                    raw.segments.append(_Lit("", (start,), quoted=True))
+                    raw.add(_Lit("", (start,), quoted=True))
                 continue
             if ch == '"':
                 self._double(raw)
                 continue
             if ch == "$":
-                raw.segments.append(self._dollar(quoted=False))
+                raw.add(self._dollar(quoted=False))
                 continue
             if ch == "`":
-                raw.segments.append(self._backtick())
+                raw.add(self._backtick())
+                continue
+            plain = _PLAIN.match(self.text, self.i)  # a run of ordinary characters, read at once
+            if plain:
+                raw.chars(plain.group(), [self.line] * len(plain.group()), quoted=False)
+                self.i = plain.end()
                 continue
             line = self.line
             self._lit(raw, self.advance(), line, quoted=False)
+        raw.flush()
         return raw
+
+    def _run(self, end: int) -> tuple[str, list[int]]:
+        """The text up to ``end`` and the line of each of its characters; the lexer moves past it."""
+        text = self.text[self.i:end]
+        if "\n" not in text:
+            lines = [self.line] * len(text)
+        else:
+            lines = []
+            for ch in text:
+                lines.append(self.line)
+                self.line += ch == "\n"
+        self.i = end
+        return text, lines
 
     @staticmethod
     def _lit(raw: _Raw, ch: str, line: int, *, quoted: bool) -> None:
-        last = raw.segments[-1] if raw.segments else None
-        if isinstance(last, _Lit) and last.quoted == quoted:
-            raw.segments[-1] = _Lit(last.text + ch, (*(last.lines if last.text else ()), line), quoted)
-        else:
-            raw.segments.append(_Lit(ch, (line,), quoted))
+        raw.char(ch, line, quoted=quoted)
 
     def _double(self, raw: _Raw) -> None:
         self.advance()
         start = self.line
-        raw.segments.append(_Lit("", (start,), quoted=True))  # "" is an (empty) word of its own
+        raw.add(_Lit("", (start,), quoted=True))  # "" is an (empty) word of its own
         while self.peek() != '"':
             ch = self.peek()
             if not ch:
@@ -263,10 +319,14 @@ class _Lexer:
                     self._lit(raw, escaped, self.line, quoted=True)
                 continue
             if ch == "$":
-                raw.segments.append(self._dollar(quoted=True))
+                raw.add(self._dollar(quoted=True))
                 continue
             if ch == "`":
-                raw.segments.append(self._backtick())
+                raw.add(self._backtick())
+                continue
+            plain = _DOUBLE_QUOTED.match(self.text, self.i)
+            if plain:
+                raw.chars(*self._run(plain.end()), quoted=True)
                 continue
             line = self.line
             self._lit(raw, self.advance(), line, quoted=True)
@@ -298,7 +358,9 @@ class _Lexer:
                 return _Sub(raw_text, line)
             default = None
             if match.group(3) is not None:
-                default = _Lexer(match.group(3), self.where, line).word()
+                if self.depth >= MAX_NESTING:  # each default is read by a lexer of its own, recursively
+                    raise self.error(f"${{NAME:-default}} nested deeper than {MAX_NESTING} levels is refused", line)
+                default = _Lexer(match.group(3), self.where, line, self.depth + 1).word()
             return _Var(match.group(1), line, quoted, default, bool(match.group(2)), raw_text)
         name = _NAME.match(self.text, self.i)
         if name:
@@ -420,12 +482,19 @@ class Shell:
         self.variables: dict[str, _Value] = {}
         self.exported: set[str] = set()
         self.cwd: str | None = None
+        self.expanded = 0  # characters variables have expanded to so far
         for name, value in (environment or {}).items():
             self.variables[name] = _Value((Word(value, 0),))  # from --env: no line of the script
             self.exported.add(name)
 
     def run(self, text: str, first_line: int = 1) -> Iterator[Command]:
-        for line, raws in _Lexer(text, self.where, first_line).commands():
+        if len(text) > MAX_SCRIPT_CHARS:
+            raise InputError(self.where, f"a launch script of {len(text):,} characters is refused; the checker reads "
+                                         f"up to {MAX_SCRIPT_CHARS:,} (launch scripts are a few KiB)")
+        for count, (line, raws) in enumerate(_Lexer(text, self.where, first_line).commands(), start=1):
+            if count > MAX_COMMANDS:
+                raise InputError(f"{self.where}:{line}", f"more than {MAX_COMMANDS:,} commands in one launch script "
+                                                         "are refused")
             command = self._command(line, raws)
             if command is not None:
                 yield command
@@ -526,6 +595,10 @@ class Shell:
             fields.add(segment.raw, (segment.line,), unresolved=True)
             return
         items = value.items if segment.every or not value.array else value.items[:1]
+        self.expanded += sum(len(item.text) for item in items)
+        if self.expanded > MAX_EXPANDED_CHARS:
+            raise InputError(f"{self.where}:{segment.line}", f"variables expand to more than {MAX_EXPANDED_CHARS:,} "
+                             f"characters (${segment.name} doubles itself?); refusing to expand")
         for index, item in enumerate(items):
             if index:
                 fields.split()

@@ -30,6 +30,7 @@ which a config does not state.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -117,24 +118,15 @@ def _pad(value: int, divisor: int) -> int:
     return -(-value // divisor) * divisor
 
 
-def shard_pieces(chunks: Sequence[Sequence[Tensor]], expert: bool, dp: int, version: str,
-                 bucket_size: int | None = None, own_bucket: frozenset[str] = frozenset(),
-                 wd_on_qk_norms: bool = False) -> list[list[tuple[Tensor, int]]]:
-    """Each data-parallel rank's pieces of the parameters, in ``HybridDeviceOptimizer``'s order.
+_Layout = list[tuple[Tensor, int, int]]  # (tensor, start, end) in one chunk's gradient buffer
 
-    The distributed optimizer lays each model chunk's parameters out in a gradient buffer in reverse
-    order, each start padded to 64 elements, cut into buckets of about ``bucket_size`` elements (one
-    bucket when it is None, i.e. without ``overlap_grad_reduce``), a shared embedding in a bucket of its
-    own, each bucket padded to a multiple of ``lcm(dp, 128)``, and gives rank ``r`` the ``r``-th of ``dp``
-    equal slices of every bucket (NVIDIA/Megatron-LM@5be96267:megatron/core/optimizer/param_layout.py:24-43,
-    megatron/core/optimizer/distrib_optimizer.py:552-590). A rank's "tensors" are its slices of the
-    parameters, walked group by group (:func:`optimizer_order`).
-    """
-    ordered_groups = optimizer_order(chunks, expert, version, wd_on_qk_norms)
-    group_of = {id(t): i for i, t in enumerate(ordered_groups)}
-    ranks: list[list[tuple[int, Tensor, int]]] = [[] for _ in range(dp)]  # (order key, tensor, piece)
+
+def _buffers(chunks: Sequence[Sequence[Tensor]], expert: bool, dp: int, bucket_size: int | None,
+             own_bucket: frozenset[str]) -> list[tuple[_Layout, list[tuple[int, int]]]]:
+    """Each chunk's gradient-buffer layout and its buckets (first, end), as :func:`shard_pieces` describes."""
+    out = []
     for chunk in chunks:
-        layout: list[tuple[Tensor, int, int]] = []
+        layout: _Layout = []
         buckets: list[tuple[int, int]] = []
         start = bucket_start = 0
         mine = [t for t in reversed(chunk) if t.expert == expert]
@@ -151,17 +143,77 @@ def shard_pieces(chunks: Sequence[Sequence[Tensor]], expert: bool, dp: int, vers
                 start = end
             if last and (not buckets or buckets[-1][1] < end):
                 _close(buckets, end, bucket_start, dp)
+        out.append((layout, buckets))
+    return out
+
+
+def shard_pieces(chunks: Sequence[Sequence[Tensor]], expert: bool, dp: int, version: str,
+                 bucket_size: int | None = None, own_bucket: frozenset[str] = frozenset(),
+                 wd_on_qk_norms: bool = False, ranks: Sequence[int] | None = None,
+                 distinct: bool = False) -> list[list[tuple[Tensor, int]]]:
+    """Each data-parallel rank's pieces of the parameters, in ``HybridDeviceOptimizer``'s order.
+
+    The distributed optimizer lays each model chunk's parameters out in a gradient buffer in reverse
+    order, each start padded to 64 elements, cut into buckets of about ``bucket_size`` elements (one
+    bucket when it is None, i.e. without ``overlap_grad_reduce``), a shared embedding in a bucket of its
+    own, each bucket padded to a multiple of ``lcm(dp, 128)``, and gives rank ``r`` the ``r``-th of ``dp``
+    equal slices of every bucket (NVIDIA/Megatron-LM@5be96267:megatron/core/optimizer/param_layout.py:24-43,
+    megatron/core/optimizer/distrib_optimizer.py:552-590). A rank's "tensors" are its slices of the
+    parameters, walked group by group (:func:`optimizer_order`). ``ranks``: only these ranks' (default: all);
+    ``distinct``: only those of :func:`distinct_ranks`, one of each run of ranks whose shards are alike.
+    """
+    ordered_groups = optimizer_order(chunks, expert, version, wd_on_qk_norms)
+    group_of = {id(t): i for i, t in enumerate(ordered_groups)}
+    buffers = _buffers(chunks, expert, dp, bucket_size, own_bucket)
+    wanted = _distinct(buffers, dp) if distinct else range(dp) if ranks is None else ranks
+    pieces: list[list[tuple[int, Tensor, int]]] = [[] for _ in wanted]  # (order key, tensor, piece)
+    for layout, buckets in buffers:
+        ends = [end for _, _, end in layout]  # ascending: the layout is in buffer order
         for first, last_end in buckets:
             size = (last_end - first) // dp
-            for rank in range(dp):
+            for slot, rank in enumerate(wanted):
                 low, high = first + rank * size, first + (rank + 1) * size
-                for tensor, begin, end in layout:
+                # only the tensors that overlap the slice: walking all of them for every rank was
+                # O(ranks x buckets x tensors), two minutes at DP 1024
+                at = bisect.bisect_right(ends, low)
+                while at < len(layout) and layout[at][1] < high:
+                    tensor, begin, end = layout[at]
                     piece = min(end, high) - max(begin, low)
                     if piece > 0:
-                        ranks[rank].append((group_of[id(tensor)], tensor, piece))
+                        pieces[slot].append((group_of[id(tensor)], tensor, piece))
+                    at += 1
     # Group by group (a stable sort keeps the buffer order inside each group), as optimizer_order does.
     groups = _group_sequence(ordered_groups, version, wd_on_qk_norms)
-    return [[(t, n) for _, t, n in sorted(pieces, key=lambda p: groups[p[0]])] for pieces in ranks]
+    return [[(t, n) for _, t, n in sorted(rank, key=lambda p: groups[p[0]])] for rank in pieces]
+
+
+def distinct_ranks(chunks: Sequence[Sequence[Tensor]], expert: bool, dp: int, bucket_size: int | None = None,
+                   own_bucket: frozenset[str] = frozenset()) -> list[int]:
+    """One rank of each run of ranks whose shards are alike (the same tensors, the same piece sizes).
+
+    In every bucket the ranks between two tensor boundaries each hold one equal slice of the same tensor,
+    so only the ranks at a boundary, and the one after it, start a new run: at most a few per tensor, whatever
+    ``dp`` is (the planner takes counts up to 10,000,000; building every rank's shard took minutes).
+    """
+    return _distinct(_buffers(chunks, expert, dp, bucket_size, own_bucket), dp)
+
+
+def _distinct(buffers: list[tuple[_Layout, list[tuple[int, int]]]], dp: int) -> list[int]:
+    starts = {0}
+    for layout, buckets in buffers:
+        ends = [end for _, _, end in layout]
+        for first, last_end in buckets:
+            size = (last_end - first) // dp
+            if size <= 0:
+                continue
+            at = bisect.bisect_right(ends, first)  # the tensors in this bucket only
+            while at < len(layout) and layout[at][1] < last_end:
+                _, begin, end = layout[at]
+                at += 1
+                for offset in (begin, end):
+                    rank = (offset - first) // size
+                    starts.update(r for r in (rank, rank + 1) if 0 <= r < dp)
+    return sorted(starts)
 
 
 def _close(buckets: list[tuple[int, int]], end: int, first: int, dp: int) -> int:

@@ -282,8 +282,9 @@ def _rank_numels(t: Training, stage: int, expert: bool, group: int) -> tuple[tup
     if not t.distributed_optimizer:
         return (tuple(tensor.numel for chunk in tensors for tensor in chunk if tensor.expert == expert),)
     own = frozenset().union(*(_shared_embeddings(t, c) for c in _stage_layers(t)[stage]))
+    # one rank of each run whose shards are alike: the others repeat one of these (DP up to 10,000,000)
     return tuple(tuple(n for _, n in pieces)
-                 for pieces in shard_pieces(tensors, expert, group, t.version, t.bucket_size, own))
+                 for pieces in shard_pieces(tensors, expert, group, t.version, t.bucket_size, own, distinct=True))
 
 
 def _optimizer(t: Training, stage: int, expert: bool, group: int, fraction: float) -> tuple[int, int, int, int]:

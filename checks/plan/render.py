@@ -262,6 +262,7 @@ def _plot(planned: Sequence[Planned], path: str) -> None:
     figure.tight_layout()
     try:
         figure.savefig(path)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a file type matplotlib cannot write (plot.xyz)
         raise InputError(path, f"cannot write the plot: {err}") from None
-    plt.close(figure)
+    finally:
+        plt.close(figure)
