@@ -12,8 +12,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from checks.config import Environment
-from checks.engine import Finding, run
+from checks.config import CanonicalConfig, Environment
+from checks.engine import Finding, reads, run
 from checks.loaders import Request, load
 from checks.rules import ALL_RULES
 from checks.rules.base import Example, Rule
@@ -46,17 +46,26 @@ def example_environment(example: Example) -> Environment:
 
 def run_example(rule: Rule, example: Example) -> list[Finding]:
     """Check an example exactly as a user's file or command line would be checked."""
-    version = example_version(rule, example)
+    return [_relabel(f) for f in run(example_configs(example, example_version(rule, example)))]
+
+
+def example_configs(example: Example, version: str) -> list[CanonicalConfig]:
+    """An example's canonical configs in ``version``, loaded as a user's file or command line would be."""
     env = example_environment(example)
     if example.flavor == "megatron-lm" and not example.text.startswith(("MODEL_ARGS", "ENV_VARS")):
-        return run(load(Request(argv=example.text, flavor="megatron-lm", version=version, environment=env)))
+        return load(Request(argv=example.text, flavor="megatron-lm", version=version, environment=env))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "example.yaml")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(example.text)
-        findings = run(load(Request(files=(path,), overrides=example.overrides, flavor=example.flavor,
-                                    version=version, environment=env, assume_defaults=example.complete)))
-    return [_relabel(f) for f in findings]
+        return load(Request(files=(path,), overrides=example.overrides, flavor=example.flavor,
+                            version=version, environment=env, assume_defaults=example.complete))
+
+
+def rule_reads(rule: Rule) -> set[str]:
+    """The canonical paths ``rule`` asks about on its own examples: what it reads, observed, not declared."""
+    return {path for example in (rule.bad, rule.good)
+            for path in reads(rule, example_configs(example, example_version(rule, example)))}
 
 
 def _relabel(finding: Finding) -> Finding:
@@ -168,7 +177,7 @@ def rules_markdown() -> str:
 
 def offload_fields() -> list[tuple[str, str]]:
     """(section, name) of every field an offload rule reads, in any version, sorted."""
-    names = {tuple(path.split(".", 1)) for rule in ALL_RULES for path in rule.reads
+    names = {tuple(path.split(".", 1)) for rule in ALL_RULES for path in rule_reads(rule)
              if path.split(".", 1)[0] in ("model", "optimizer", "ddp")}
     return sorted((section, name) for section, name in names
                   if any(profile(v).field(section, name) for v in VERSIONS))
@@ -189,12 +198,13 @@ def _flag(version: str, name: str) -> str:
 
 
 def parameters_markdown() -> str:
-    """``reference/parameters.md``: every field the offload rules read, per megatron-core version."""
+    """``reference/parameters.md``: every field the offload rules read (on their examples), per version."""
     fields = offload_fields()
     head = "| field | " + " | ".join(VERSIONS) + " |"
     out = ["# Offload parameters per megatron-core version", "",
            "Generated from the field and flag tables (`checks/data/`, parsed from each release's source) by "
            "`python -m checks rules --format parameters`; `tests/test_docs.py` fails when this file is stale. "
+           "The fields are those the rules read when they run on their own examples. "
            "A cell is the dataclass default in that release; — means the field does not exist there (rule "
            "CFG003). Megatron Bridge and NeMo-RL use these names; the Megatron-LM flag, where there is one, "
            "is in the second table.", "", head, "|" + "---|" * (len(VERSIONS) + 1)]

@@ -41,6 +41,20 @@ def proposals(rule: str, changes: Mapping[str, Any], spelled: Mapping[str, Any],
     return out
 
 
+FIELD_SECTIONS: tuple[str, ...] = ("model", "optimizer", "ddp")  # the sections that are megatron-core dataclasses
+
+
+class Unreadable(Exception):
+    """A rule asked for a value of the wrong type: the engine skips the rule (CFG002 reports the value once).
+
+    This is how what a rule reads needs no declaring: whatever it asks :meth:`Context.get` for is what it reads.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+
+
 class Context:
     """What a rule sees: typed values of one canonical config in one megatron-core version."""
 
@@ -54,6 +68,7 @@ class Context:
         self.stand_in: dict[str, Any] = {}  # the engine's trial values for unknown paths
         # (input key, proposal) of every complete patch, recorded by the engine for the rules that run last
         self.patches: list[tuple[str, Proposal]] = []
+        self.read: set[str] = set()  # every path a rule asked about (tests/test_rule_reads.py checks them)
         for path, setting in cfg.settings.items():
             section, name = split_path(path)
             spec = self.profile.field(section, name) if section != "env" else None
@@ -86,6 +101,7 @@ class Context:
 
     def is_set(self, path: str) -> bool:
         """Whether an input states ``path`` (for messages; a decision on it uses :meth:`stated`)."""
+        self.read.add(path)
         return path in self.cfg.settings
 
     def stated(self, path: str) -> bool:
@@ -94,6 +110,7 @@ class Context:
         For a value no input states, the answer is not known: the read is noted, so that the engine tries the
         value stated (with a stand-in) as well as not stated before it trusts the rule's outcome.
         """
+        self.read.add(path)
         if path in self.cfg.settings:
             return True
         if self.cfg.unknown_at(path) is not None:
@@ -104,15 +121,26 @@ class Context:
     def known(self, path: str) -> bool:
         """False for a value no input states: a model-shape field left out (the recipe or checkpoint holds it),
         or one the loader marks unknown. Asking does not count as reading it."""
+        self.read.add(path)
         if self.is_set(path):
             return True
         return split_path(path)[1] not in ARCHITECTURE_FIELDS and self.cfg.unknown_at(path) is None
 
     def setting(self, path: str) -> Setting | None:
+        self.read.add(path)
         return self.cfg.settings.get(path)
 
     def get(self, path: str) -> Any:
-        """The value megatron-core will see: the input's, else the front end's default, else the dataclass's."""
+        """The value megatron-core will see: the input's, else the front end's default, else the dataclass's.
+
+        A value of the wrong type raises :class:`Unreadable`: the rule cannot judge it, and CFG002 reports it.
+        """
+        self.read.add(path)
+        if path in self.invalid:
+            raise Unreadable(path, self.invalid[path])
+        section, name = split_path(path)
+        if section in FIELD_SECTIONS and self.profile.field(section, name) is None:
+            return None  # a field this version does not have: its behaviour is absent (CFG003 reports a value)
         if path in self.values:
             return self.values[path]
         if self.cfg.unknown_at(path) is not None:  # a stand-in: the engine tries others before trusting a hit
@@ -121,7 +149,6 @@ class Context:
                 return self.stand_in[path]
         if path in self.cfg.defaults:
             return self.cfg.defaults[path]
-        section, name = split_path(path)
         spec = self.profile.field(section, name) if section != "env" else None
         if spec is None or spec.default is NO_DEFAULT:
             return None

@@ -1,7 +1,8 @@
 """Run the rules over canonical configs and collect findings.
 
 Rules read a :class:`Context` only. The engine skips a rule when a field it
-reads holds a value of the wrong type (CFG002 reports that value once), stamps
+reads holds a value of the wrong type (the context raises :class:`Unreadable`;
+CFG002 reports that value once), stamps
 each hit with the rule's id and severity, finds the line to point at,
 translates patches into the input's own key spelling, and tries each patch on
 the config to mark the ones that do not fix their finding alone (``partial``).
@@ -9,13 +10,14 @@ the config to mark the ones that do not fix their finding alone (``partial``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from checks.anchors import STAGE_OPTIMIZER, Upstream
 from checks.config import CanonicalConfig, Origin, Setting
-from checks.context import Context
+from checks.context import Context, Unreadable
 from checks.rules import ALL_RULES
 from checks.rules.base import Hit, Rule
 
@@ -68,14 +70,27 @@ def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -
     return sorted(findings, key=_order)
 
 
+def reads(rule: Rule, configs: Iterable[CanonicalConfig]) -> set[str]:
+    """Every canonical path ``rule`` asks its context about on ``configs`` (those it applies to)."""
+    paths: set[str] = set()
+    for cfg in configs:
+        if rule.applies_to(cfg.version, cfg.flavor):
+            ctx = Context(cfg)
+            with contextlib.suppress(Unreadable):
+                _outcome(rule, ctx)
+            paths |= ctx.read
+    return paths
+
+
 def _hits(ctx: Context, rules: Sequence[Rule]) -> list[tuple[Rule, Hit]]:
     found: list[tuple[Rule, Hit]] = []
     for rule in rules:
         if not rule.applies_to(ctx.cfg.version, ctx.cfg.flavor):
             continue
-        if any(path in ctx.invalid for path in rule.reads):
+        try:
+            hits, undecided = _outcome(rule, ctx)
+        except Unreadable:  # whatever the other values are, the rule cannot judge this one
             continue
-        hits, undecided = _outcome(rule, ctx)
         found.extend((rule, hit) for hit in hits)
         for path in undecided:
             ctx.undecided.setdefault(path, []).append(rule.id)

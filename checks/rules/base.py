@@ -1,7 +1,14 @@
-"""What a rule is: metadata, its upstream checks, its examples, and what a check yields."""
+"""What a rule is: metadata, its upstream checks, its examples, and what a check yields.
+
+A rule is declared on its check function with :func:`rule`; each family module collects its own with
+:func:`declared`, and ``checks/rules/__init__.py`` lists the families. What a rule reads is not declared:
+the context refuses a value of the wrong type (:class:`checks.context.Unreadable`) and the engine skips the
+rule, and ``tests/test_rule_reads.py`` records what each rule reads to check that every path exists.
+"""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,7 +27,11 @@ ALL_FLAVORS: frozenset[str] = frozenset({"bridge", "nemo-rl", "megatron-lm"})
 
 @dataclass(frozen=True)
 class Example:
-    """A config that shows a rule: in the input's real format, small enough to read."""
+    """A config that shows a rule: in the input's real format, small enough to read.
+
+    ``text`` may be written as an indented block that starts with a newline (a YAML file as it reads);
+    the block is dedented.
+    """
 
     text: str  # YAML for bridge / nemo-rl, a command line for megatron-lm
     flavor: str = "bridge"
@@ -30,6 +41,10 @@ class Example:
     overrides: tuple[str, ...] = ()  # --set KEY=VALUE, applied to the YAML
     complete: bool = True  # the YAML is the whole config (--assume-defaults): what it leaves out holds its default
     also: tuple[str, ...] = ()  # other rules the example triggers, for a rule about other findings (CFG011)
+
+    def __post_init__(self) -> None:
+        if self.text.startswith("\n"):
+            object.__setattr__(self, "text", textwrap.dedent(self.text[1:]))
 
 
 @dataclass(frozen=True)
@@ -60,9 +75,9 @@ class Rule:
     check: Check
     bad: Example
     good: Example
-    reads: tuple[str, ...] = ()  # canonical paths; the rule is skipped when one holds a value of the wrong type
     since: str | None = None  # first megatron-core version it applies to
     until: str | None = None  # last version it applies to
+    feature: str | None = None  # applies only where the version's data has this behaviour (checks.versions)
     flavors: frozenset[str] = ALL_FLAVORS
     upstream: tuple[UpstreamCheck, ...] = ()
     last: bool = False  # runs after every other rule (it reports what the others could not decide)
@@ -82,10 +97,39 @@ class Rule:
         key = version_key(version)
         after_start = self.since is None or key >= version_key(self.since)
         before_end = self.until is None or key <= version_key(self.until)
-        return after_start and before_end
+        if not (after_start and before_end):
+            return False
+        if self.feature is None:
+            return True
+        from checks.versions import has_feature  # only a rule tied to a behaviour switch asks
+
+        return has_feature(version, self.feature)
 
     def versions(self) -> tuple[str, ...]:
         return tuple(v for v in VERSIONS if self.in_version(v))
+
+
+_DECLARED: dict[str, dict[str, Rule]] = {}  # module -> rule id -> rule, in declaration order
+
+
+def rule(rule_id: str, name: str, severity: str, *, bad: Example, good: Example, since: str | None = None,
+         until: str | None = None, feature: str | None = None, flavors: frozenset[str] = ALL_FLAVORS,
+         upstream: tuple[UpstreamCheck, ...] = (), last: bool = False) -> Callable[[Check], Check]:
+    """Declare the decorated check function as rule ``rule_id``; the function itself is unchanged."""
+    if severity not in SEVERITIES:
+        raise ValueError(f"{rule_id}: severity {severity!r} is not one of {SEVERITIES}")
+
+    def declare(check: Check) -> Check:
+        _DECLARED.setdefault(check.__module__, {})[rule_id] = Rule(
+            rule_id, name, severity, check, bad, good, since=since, until=until, feature=feature,
+            flavors=flavors, upstream=upstream, last=last)
+        return check
+    return declare
+
+
+def declared(module: str) -> tuple[Rule, ...]:
+    """The rules declared in ``module`` (its ``__name__``), in declaration order."""
+    return tuple(_DECLARED.get(module, {}).values())
 
 
 def _dedent(text: str) -> str:

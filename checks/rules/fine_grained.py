@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from checks.context import Context
 from checks.formats import close_matches as _close_matches
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
+from checks.rules.base import ERROR, WARNING, Example, Hit, Rule, declared, rule
 from checks.values import show
 
 _SWITCH = "model.fine_grained_activation_offloading"
@@ -61,8 +61,29 @@ def repaired_modules(ctx: Context, on: bool | None = None) -> list[str]:
 def _set_repr(names: list[str] | tuple[str, ...]) -> str:
     # upstream prints Python set reprs; their order varies between runs, so sorted here
     return "{" + ", ".join(repr(n) for n in sorted(names)) + "}"
+_FGA_SINCE = "0.16"
 
 
+@rule("FGA001", "fine-grained-with-cpu-offloading", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 2
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE,
+      upstream=(up.F1_EXCLUSIVE,))
 def check_exclusive(ctx: Context) -> Iterator[Hit]:
     """Fine-grained and layer-level activation offloading are mutually exclusive.
 
@@ -84,6 +105,22 @@ def check_exclusive(ctx: Context) -> Iterator[Hit]:
                   patch={"model.cpu_offloading": False}, upstream=ctx.upstream(up.F1_EXCLUSIVE), at=(_SWITCH,))
 
 
+@rule("FGA002", "offload-modules-empty", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE,
+      upstream=(up.F2_MODULES_EMPTY, up.NRL_MODULES_EMPTY))
 def check_modules_present(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading needs a non-empty `offload_modules` list.
 
@@ -116,6 +153,23 @@ def check_modules_present(ctx: Context) -> Iterator[Hit]:
               patch={_MODULES: ["core_attn", "attn_proj"]}, upstream=ctx.upstream(check), at=(_SWITCH,))
 
 
+@rule("FGA003", "offload-modules-invalid", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_atn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE,
+      upstream=(up.F3_MODULES_INVALID,))
 def check_modules_valid(ctx: Context) -> Iterator[Hit]:
     """Every `offload_modules` entry must be a module name the version knows.
 
@@ -156,6 +210,23 @@ def check_modules_valid(ctx: Context) -> Iterator[Hit]:
               upstream=ctx.upstream(up.F3_MODULES_INVALID, invalid=_set_repr(invalid), allowed=_set_repr(allowed)))
 
 
+@rule("FGA004", "attn-proj-without-core-attn", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [attn_proj]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn, attn_proj]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE,
+      upstream=(up.F4_ATTN_PROJ,))
 def check_attn_proj(ctx: Context) -> Iterator[Hit]:
     """`attn_proj` can only be offloaded together with `core_attn`.
 
@@ -178,6 +249,25 @@ def check_attn_proj(ctx: Context) -> Iterator[Hit]:
                   patch={_MODULES: repaired_modules(ctx)}, upstream=ctx.upstream(up.F4_ATTN_PROJ))
 
 
+@rule("FGA006", "fine-grained-needs-transformer-engine", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            transformer_impl: local
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            transformer_impl: transformer_engine
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE,
+      upstream=(up.A3_TE_IMPL, up.BRIDGE_FG_TE_IMPL))
 def check_transformer_engine(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading needs the Transformer Engine layer implementation.
 
@@ -207,6 +297,19 @@ def check_transformer_engine(ctx: Context) -> Iterator[Hit]:
               patch={"model.transformer_impl": "transformer_engine"}, upstream=upstream, at=(_SWITCH,))
 
 
+@rule("FGA005", "fine-grained-knobs-without-switch", WARNING,
+      bad=Example("""
+          model:
+            offload_modules: [core_attn]
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE)
 def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading knobs do nothing while the switch is off.
 
@@ -274,6 +377,27 @@ def _selective(ctx: Context) -> bool:
     return ctx.get("model.recompute_granularity") == "selective"
 
 
+@rule("FGA007", "gdp-qkv-with-gdp-in-proj-recompute", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [gdp_qkv]
+            recompute_granularity: selective
+            recompute_modules: [gdp_in_proj]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="main"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [gdp_qkv]
+            recompute_granularity: selective
+            recompute_modules: [core_attn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="main"),
+      since="main",
+      upstream=(up.F5_GDP_QKV,))
 def check_gdp_qkv(ctx: Context) -> Iterator[Hit]:
     """`gdp_qkv` offload cannot be combined with `gdp_in_proj` recompute.
 
@@ -294,6 +418,29 @@ def check_gdp_qkv(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.F5_GDP_QKV))
 
 
+@rule("FGA008", "moe-offload-inside-moe-recompute", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [moe_act]
+            num_moe_experts: 8
+            recompute_granularity: selective
+            recompute_modules: [moe]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [moe_act]
+            num_moe_experts: 8
+            recompute_granularity: selective
+            recompute_modules: [core_attn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE,
+      upstream=(up.F6_MOE_RECOMPUTE,))
 def check_moe_recompute(ctx: Context) -> Iterator[Hit]:
     """MoE-internal offload cannot sit inside a recomputed MoE layer.
 
@@ -321,6 +468,25 @@ def check_moe_recompute(ctx: Context) -> Iterator[Hit]:
               upstream=upstream)
 
 
+@rule("FGA009", "fine-grained-knob-range", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            min_offloaded_tensor_size: -1
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            min_offloaded_tensor_size: 0
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE,
+      upstream=(up.F7_MIN_SIZE, up.F8_FRACTION, up.F9_DELTA))
 def check_knob_ranges(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading knobs must be in range: sizes and byte deltas >= 0, the fraction in [0, 1].
 
@@ -359,6 +525,26 @@ def check_knob_ranges(ctx: Context) -> Iterator[Hit]:
                   patch={"model.delta_offload_bytes_across_pp_ranks": 0}, upstream=ctx.upstream(up.F9_DELTA))
 
 
+@rule("FGA010", "fused-group-mlp-constraints", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [fused_group_mlp]
+            num_moe_experts: 8
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [fused_group_mlp]
+            num_moe_experts: 8
+            use_transformer_engine_op_fuser: true
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since="0.19",
+      upstream=(up.F10_OP_FUSER, up.F11_FUSED_EXCLUSIVE))
 def check_fused_group_mlp(ctx: Context) -> Iterator[Hit]:
     """`fused_group_mlp` needs the Transformer Engine op fuser and replaces `expert_fc1`/`moe_act`.
 
@@ -389,6 +575,27 @@ def check_fused_group_mlp(ctx: Context) -> Iterator[Hit]:
                                         modules="{" + ", ".join(repr(m) for m in partial) + "}"))
 
 
+@rule("FGA011", "moe-paged-stash-covers-moe-offload", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [moe_act]
+            num_moe_experts: 8
+            moe_paged_stash: true
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            num_moe_experts: 8
+            moe_paged_stash: true
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since="0.18",
+      upstream=(up.F12_PAGED_STASH_018, up.F12_PAGED_STASH, up.F12_NULL_MODULES))
 def check_paged_stash_modules(ctx: Context) -> Iterator[Hit]:
     """MoE paged stashing already covers the MoE activations that offloading would move.
 
@@ -432,6 +639,27 @@ def _paged_stash_covers(ctx: Context) -> set[str]:
     return {"expert_fc1", "moe_act"} | ({"fused_group_mlp"} if ctx.at_least("0.19") else set())
 
 
+@rule("FGA012", "mhc-recompute-with-fine-grained", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            recompute_granularity: selective
+            recompute_modules: [mhc]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="main"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            recompute_granularity: selective
+            recompute_modules: [core_attn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="main"),
+      since="main",
+      upstream=(up.F13_MHC,))
 def check_mhc_recompute(ctx: Context) -> Iterator[Hit]:
     """mHC recompute and fine-grained offloading are not supported together (megatron-core main).
 
@@ -452,6 +680,25 @@ def check_mhc_recompute(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.F13_MHC), at=(_SWITCH,))
 
 
+@rule("FGA013", "moe-offload-on-dense-model", WARNING,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [expert_fc1]
+            num_moe_experts: null
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [expert_fc1]
+            num_moe_experts: 8
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE,
+      upstream=(up.NRL_MOE_ONLY,))
 def check_moe_modules_on_dense(ctx: Context) -> Iterator[Hit]:
     """MoE modules offload nothing in a dense model (NeMo-RL refuses them when `num_moe_experts` is null).
 
@@ -487,6 +734,24 @@ def check_moe_modules_on_dense(ctx: Context) -> Iterator[Hit]:
                   patch={"model.moe_grouped_gemm": True})
 
 
+@rule("FGA014", "norm-offload-fused-away", WARNING,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [attn_norm, core_attn]
+            multi_latent_attention: false
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [attn_norm, core_attn]
+            multi_latent_attention: true
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE)
 def check_fused_norms(ctx: Context) -> Iterator[Hit]:
     """`attn_norm`/`mlp_norm` offload nothing when Transformer Engine fuses the norm into the next linear.
 
@@ -558,6 +823,26 @@ def _real_input_norm(ctx: Context) -> bool | None:
     return not ctx.get("run.mla_down_proj_fusion")
 
 
+@rule("FGA015", "fine-grained-with-full-recompute", WARNING,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            recompute_granularity: full
+            recompute_method: uniform
+            recompute_num_layers: 1
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            recompute_granularity: selective
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since=_FGA_SINCE)
 def check_full_recompute(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading inside full recompute is an untested combination.
 
@@ -580,6 +865,26 @@ def check_full_recompute(ctx: Context) -> Iterator[Hit]:
                   at=(_SWITCH,))
 
 
+@rule("FGA016", "fine-grained-knob-inert", WARNING,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            delta_offload_bytes_across_pp_ranks: 1000000
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            delta_offload_bytes_across_pp_ranks: 1000000
+            pipeline_model_parallel_size: 2
+            pipeline_dtype: bf16
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """),
+      since="0.18")
 def check_inert_graph_knobs(ctx: Context) -> Iterator[Hit]:
     """Fine-grained knobs that act only in some setups: delayed offload, PP deltas, in-flight caps.
 
@@ -619,6 +924,12 @@ def check_inert_graph_knobs(ctx: Context) -> Iterator[Hit]:
                   patch={"model.fine_grained_offloading_max_inflight_offloads": None})
 
 
+@rule("FGA017", "fine-grained-plan-from-first-call", WARNING,
+      bad=Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn --skip-train",
+                  "megatron-lm", te="2.9"),
+      good=Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn", "megatron-lm",
+                   te="2.9"),
+      since=_FGA_SINCE)
 def check_first_call_plan(ctx: Context) -> Iterator[Hit]:
     """The fine-grained offload plan is fixed by the first forward/backward call; it must be a training step.
 
@@ -655,107 +966,4 @@ def _forced_off(ctx: Context) -> bool:
     return setting is not None and setting.origin.note.startswith("NeMo-RL clears")
 
 
-_FGA_SINCE = "0.16"
-_FG_ON = "model:\n  fine_grained_activation_offloading: true\n  offload_modules: {}\n"
-_ENV = "env_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n"  # TE >= 2.10 needs it (TEX005)
-RULES: tuple[Rule, ...] = (
-    Rule("FGA001", "fine-grained-with-cpu-offloading", ERROR, check_exclusive,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                     "  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n" + _ENV),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
-         reads=(_SWITCH, "model.cpu_offloading"), since=_FGA_SINCE, upstream=(up.F1_EXCLUSIVE,)),
-    Rule("FGA002", "offload-modules-empty", ERROR, check_modules_present,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n" + _ENV),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
-         reads=(_SWITCH, _MODULES), since=_FGA_SINCE, upstream=(up.F2_MODULES_EMPTY, up.NRL_MODULES_EMPTY)),
-    Rule("FGA003", "offload-modules-invalid", ERROR, check_modules_valid,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_atn]\n" + _ENV),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
-         reads=(_SWITCH, _MODULES), since=_FGA_SINCE, upstream=(up.F3_MODULES_INVALID,)),
-    Rule("FGA004", "attn-proj-without-core-attn", ERROR, check_attn_proj,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [attn_proj]\n" + _ENV),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n"
-                      "  offload_modules: [core_attn, attn_proj]\n" + _ENV),
-         reads=(_SWITCH, _MODULES), since=_FGA_SINCE, upstream=(up.F4_ATTN_PROJ,)),
-    Rule("FGA006", "fine-grained-needs-transformer-engine", ERROR, check_transformer_engine,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                     "  transformer_impl: local\n" + _ENV),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                      "  transformer_impl: transformer_engine\n" + _ENV),
-         reads=(_SWITCH, "model.transformer_impl"), since=_FGA_SINCE,
-         upstream=(up.A3_TE_IMPL, up.BRIDGE_FG_TE_IMPL)),
-    Rule("FGA007", "gdp-qkv-with-gdp-in-proj-recompute", ERROR, check_gdp_qkv,
-         bad=Example(_FG_ON.format("[gdp_qkv]") + "  recompute_granularity: selective\n"
-                     "  recompute_modules: [gdp_in_proj]\n" + _ENV, version="main"),
-         good=Example(_FG_ON.format("[gdp_qkv]") + "  recompute_granularity: selective\n"
-                      "  recompute_modules: [core_attn]\n" + _ENV, version="main"),
-         reads=(_SWITCH, _MODULES, "model.recompute_granularity", "model.recompute_modules"), since="main",
-         upstream=(up.F5_GDP_QKV,)),
-    Rule("FGA008", "moe-offload-inside-moe-recompute", ERROR, check_moe_recompute,
-         bad=Example(_FG_ON.format("[moe_act]") + "  num_moe_experts: 8\n  recompute_granularity: selective\n"
-                     "  recompute_modules: [moe]\n" + _ENV),
-         good=Example(_FG_ON.format("[moe_act]") + "  num_moe_experts: 8\n  recompute_granularity: selective\n"
-                      "  recompute_modules: [core_attn]\n" + _ENV),
-         reads=(_SWITCH, _MODULES, "model.recompute_granularity", "model.recompute_modules",
-                "model.moe_layer_recompute"), since=_FGA_SINCE, upstream=(up.F6_MOE_RECOMPUTE,)),
-    Rule("FGA009", "fine-grained-knob-range", ERROR, check_knob_ranges,
-         bad=Example(_FG_ON.format("[core_attn]") + "  min_offloaded_tensor_size: -1\n" + _ENV),
-         good=Example(_FG_ON.format("[core_attn]") + "  min_offloaded_tensor_size: 0\n" + _ENV),
-         reads=(_SWITCH, "model.min_offloaded_tensor_size", "model.activation_offload_fraction",
-                "model.delta_offload_bytes_across_pp_ranks"), since=_FGA_SINCE,
-         upstream=(up.F7_MIN_SIZE, up.F8_FRACTION, up.F9_DELTA)),
-    Rule("FGA010", "fused-group-mlp-constraints", ERROR, check_fused_group_mlp,
-         bad=Example(_FG_ON.format("[fused_group_mlp]") + "  num_moe_experts: 8\n" + _ENV),
-         good=Example(_FG_ON.format("[fused_group_mlp]") + "  num_moe_experts: 8\n"
-                      "  use_transformer_engine_op_fuser: true\n" + _ENV),
-         reads=(_SWITCH, _MODULES, "model.use_transformer_engine_op_fuser"), since="0.19",
-         upstream=(up.F10_OP_FUSER, up.F11_FUSED_EXCLUSIVE)),
-    Rule("FGA011", "moe-paged-stash-covers-moe-offload", ERROR, check_paged_stash_modules,
-         bad=Example(_FG_ON.format("[moe_act]") + "  num_moe_experts: 8\n  moe_paged_stash: true\n" + _ENV),
-         good=Example(_FG_ON.format("[core_attn]") + "  num_moe_experts: 8\n  moe_paged_stash: true\n" + _ENV),
-         reads=(_MODULES, "model.moe_paged_stash"), since="0.18",
-         upstream=(up.F12_PAGED_STASH_018, up.F12_PAGED_STASH, up.F12_NULL_MODULES)),
-    Rule("FGA012", "mhc-recompute-with-fine-grained", ERROR, check_mhc_recompute,
-         bad=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: selective\n"
-                     "  recompute_modules: [mhc]\n" + _ENV, version="main"),
-         good=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: selective\n"
-                      "  recompute_modules: [core_attn]\n" + _ENV, version="main"),
-         reads=(_SWITCH, "model.recompute_granularity", "model.recompute_modules", "model.moe_layer_recompute"),
-         since="main", upstream=(up.F13_MHC,)),
-    Rule("FGA013", "moe-offload-on-dense-model", WARNING, check_moe_modules_on_dense,
-         bad=Example(_FG_ON.format("[expert_fc1]") + "  num_moe_experts: null\n" + _ENV),
-         good=Example(_FG_ON.format("[expert_fc1]") + "  num_moe_experts: 8\n" + _ENV),
-         reads=(_SWITCH, _MODULES, "model.num_moe_experts", "model.moe_grouped_gemm"), since=_FGA_SINCE,
-         upstream=(up.NRL_MOE_ONLY,)),
-    Rule("FGA014", "norm-offload-fused-away", WARNING, check_fused_norms,
-         bad=Example(_FG_ON.format("[attn_norm, core_attn]") + "  multi_latent_attention: false\n" + _ENV),
-         good=Example(_FG_ON.format("[attn_norm, core_attn]") + "  multi_latent_attention: true\n" + _ENV),
-         reads=(_SWITCH, _MODULES, "model.transformer_impl", "model.num_moe_experts", "model.multi_latent_attention",
-                "model.experimental_attention_variant", "run.mla_down_proj_fusion"), since=_FGA_SINCE),
-    Rule("FGA015", "fine-grained-with-full-recompute", WARNING, check_full_recompute,
-         bad=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: full\n  recompute_method: uniform\n"
-                     "  recompute_num_layers: 1\n" + _ENV),
-         good=Example(_FG_ON.format("[core_attn]") + "  recompute_granularity: selective\n" + _ENV),
-         reads=(_SWITCH, "model.recompute_granularity"), since=_FGA_SINCE),
-    Rule("FGA016", "fine-grained-knob-inert", WARNING, check_inert_graph_knobs,
-         bad=Example(_FG_ON.format("[core_attn]") + "  delta_offload_bytes_across_pp_ranks: 1000000\n" + _ENV),
-         good=Example(_FG_ON.format("[core_attn]") + "  delta_offload_bytes_across_pp_ranks: 1000000\n"
-                      "  pipeline_model_parallel_size: 2\n  pipeline_dtype: bf16\n" + _ENV),
-         reads=(_SWITCH, "model.delay_offload_until_cuda_graph", "model.delta_offload_bytes_across_pp_ranks",
-                "model.fine_grained_offloading_max_inflight_offloads", "model.pipeline_model_parallel_size",
-                "model.cuda_graph_impl", "model.cuda_graph_scope", "model.cuda_graph_modules"), since="0.18"),
-    Rule("FGA017", "fine-grained-plan-from-first-call", WARNING, check_first_call_plan,
-         bad=Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn --skip-train",
-                     "megatron-lm", te="2.9"),
-         good=Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn",
-                      "megatron-lm", te="2.9"),
-         reads=(_SWITCH, "run.skip_train", "run.rampup_batch_size"), since=_FGA_SINCE),
-    Rule("FGA005", "fine-grained-knobs-without-switch", WARNING, check_knobs_without_switch,
-         bad=Example("model:\n  offload_modules: [core_attn]\n"),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n" + _ENV),
-         reads=(_SWITCH, _MODULES, "model.cpu_offloading", "model.cpu_offloading_num_layers",
-                "model.min_offloaded_tensor_size",
-                "model.activation_offload_fraction", "model.delta_offload_bytes_across_pp_ranks",
-                "model.fine_grained_offloading_max_inflight_offloads", "model.delay_offload_until_cuda_graph"),
-         since=_FGA_SINCE),
-)
+RULES: tuple[Rule, ...] = declared(__name__)

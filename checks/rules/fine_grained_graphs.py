@@ -6,13 +6,12 @@ from collections.abc import Iterator
 
 from checks.context import Context
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, Example, Hit, Rule
-from checks.rules.cuda_graphs import GRAPH_READS, graph_impl, graph_impl_patch, graph_modules, patch_text
+from checks.rules.base import ERROR, Example, Hit, Rule, declared, rule
+from checks.rules.cuda_graphs import graph_impl, graph_impl_patch, graph_modules, patch_text
 
 _SWITCH = "model.fine_grained_activation_offloading"
 _MODULES = "model.offload_modules"
 _MOE_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
-_ENV = "env_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n"
 
 
 def _graphed(ctx: Context) -> str | None:
@@ -39,6 +38,14 @@ def bridge_local_guard(ctx: Context, impl: str) -> Hit | None:
                upstream=ctx.upstream(up.BRIDGE_LOCAL_GRAPH, modules=modules), at=(_SWITCH,))
 
 
+@rule("FGA018", "fine-grained-local-cuda-graph", ERROR,
+      bad=Example("--num-layers 8 --num-experts 8 --fine-grained-activation-offloading --offload-modules "
+                  "moe_act --cuda-graph-impl local", "megatron-lm", version="0.19.2", te="2.9"),
+      good=Example("--num-layers 8 --num-experts 8 --fine-grained-activation-offloading --offload-modules "
+                   "moe_act --cuda-graph-impl local --cuda-graph-modules attn", "megatron-lm", version="0.19.2",
+                   te="2.9"),
+      since="0.16",
+      upstream=(up.G1_LOCAL_MODULES, up.G2_LOCAL_WHOLE_LAYER, up.BRIDGE_LOCAL_GRAPH))
 def check_local_graphs(ctx: Context) -> Iterator[Hit]:
     """With `cuda_graph_impl: local`, fine-grained offloading is limited to MoE modules outside a whole-layer capture.
 
@@ -76,6 +83,25 @@ def check_local_graphs(ctx: Context) -> Iterator[Hit]:
                   at=(_SWITCH,))
 
 
+@rule("FGA019", "fine-grained-cuda-graph-implementation", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            cuda_graph_impl: transformer_engine
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.17.1"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            cuda_graph_impl: transformer_engine
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.18.2"),
+      since="0.16",
+      upstream=(up.C6_GRAPH_IMPL, up.G3_IMPL_018, up.G3_IMPL))
 def check_graph_implementation(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading supports Transformer Engine and full-iteration CUDA graphs (and local partial MoE ones).
 
@@ -120,6 +146,27 @@ def check_graph_implementation(ctx: Context) -> Iterator[Hit]:
               upstream=ctx.upstream(check), at=(_SWITCH,))
 
 
+@rule("FGA020", "fine-grained-token-drop-moe-graph", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            cuda_graph_impl: transformer_engine
+            cuda_graph_modules: [attn, moe]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            cuda_graph_impl: transformer_engine
+            cuda_graph_modules: [attn, moe_router]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"),
+      since="0.18",
+      upstream=(up.G4_TOKEN_DROP,))
 def check_token_drop_graph(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading cannot run with the MoE module captured in a CUDA graph.
 
@@ -140,6 +187,27 @@ def check_token_drop_graph(ctx: Context) -> Iterator[Hit]:
                   at=(_SWITCH,))
 
 
+@rule("FGA021", "fine-grained-graph-warmup-steps", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            cuda_graph_impl: transformer_engine
+            cuda_graph_warmup_steps: 0
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            cuda_graph_impl: transformer_engine
+            cuda_graph_warmup_steps: 3
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"),
+      since="0.18",
+      upstream=(up.G5_WARMUP,))
 def check_graph_warmup(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading under CUDA graphs needs at least one graph warm-up step.
 
@@ -161,6 +229,26 @@ def check_graph_warmup(ctx: Context) -> Iterator[Hit]:
                   patch={"model.cuda_graph_warmup_steps": 3}, upstream=ctx.upstream(up.G5_WARMUP), at=(_SWITCH,))
 
 
+@rule("FGA022", "fine-grained-full-iteration-inflight", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            cuda_graph_impl: full_iteration
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            cuda_graph_impl: full_iteration
+            fine_grained_offloading_max_inflight_offloads: 1
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"),
+      since="0.18",
+      upstream=(up.G6_INFLIGHT,))
 def check_full_iteration_inflight(ctx: Context) -> Iterator[Hit]:
     """Full-iteration CUDA graphs need a bound on in-flight fine-grained offloads.
 
@@ -185,6 +273,31 @@ def check_full_iteration_inflight(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.G6_INFLIGHT), at=(_SWITCH,))
 
 
+@rule("FGA023", "expert-fc1-offload-with-ncclep-overlap", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [expert_fc1]
+            num_moe_experts: 8
+            overlap_moe_expert_parallel_comm: true
+            moe_token_dispatcher_type: flex
+            moe_flex_dispatcher_backend: ncclep
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [moe_act]
+            num_moe_experts: 8
+            overlap_moe_expert_parallel_comm: true
+            moe_token_dispatcher_type: flex
+            moe_flex_dispatcher_backend: ncclep
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"),
+      since="0.19",
+      upstream=(up.G7_NCCLEP,))
 def check_ncclep_overlap(ctx: Context) -> Iterator[Hit]:
     """`expert_fc1` offload is not supported with the ncclep EP all-to-all overlap.
 
@@ -208,47 +321,4 @@ def check_ncclep_overlap(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.G7_NCCLEP), at=("model.overlap_moe_expert_parallel_comm",))
 
 
-_FG = "model:\n  fine_grained_activation_offloading: true\n  offload_modules: {}\n"
-RULES: tuple[Rule, ...] = (
-    Rule("FGA018", "fine-grained-local-cuda-graph", ERROR, check_local_graphs,
-         bad=Example("--num-layers 8 --num-experts 8 --fine-grained-activation-offloading --offload-modules "
-                     "moe_act --cuda-graph-impl local", "megatron-lm", version="0.19.2", te="2.9"),
-         good=Example("--num-layers 8 --num-experts 8 --fine-grained-activation-offloading --offload-modules "
-                      "moe_act --cuda-graph-impl local --cuda-graph-modules attn", "megatron-lm", version="0.19.2",
-                      te="2.9"),
-         reads=(_SWITCH, _MODULES, *GRAPH_READS), since="0.16",
-         upstream=(up.G1_LOCAL_MODULES, up.G2_LOCAL_WHOLE_LAYER, up.BRIDGE_LOCAL_GRAPH)),
-    Rule("FGA019", "fine-grained-cuda-graph-implementation", ERROR, check_graph_implementation,
-         bad=Example(_FG.format("[core_attn]") + "  cuda_graph_impl: transformer_engine\n" + _ENV, version="0.17.1"),
-         good=Example(_FG.format("[core_attn]") + "  cuda_graph_impl: transformer_engine\n" + _ENV,
-                      version="0.18.2"),
-         reads=(_SWITCH, _MODULES, *GRAPH_READS), since="0.16",
-         upstream=(up.C6_GRAPH_IMPL, up.G3_IMPL_018, up.G3_IMPL)),
-    Rule("FGA020", "fine-grained-token-drop-moe-graph", ERROR, check_token_drop_graph,
-         bad=Example(_FG.format("[core_attn]") + "  cuda_graph_impl: transformer_engine\n"
-                     "  cuda_graph_modules: [attn, moe]\n" + _ENV, version="0.19.2"),
-         good=Example(_FG.format("[core_attn]") + "  cuda_graph_impl: transformer_engine\n"
-                      "  cuda_graph_modules: [attn, moe_router]\n" + _ENV, version="0.19.2"),
-         reads=(_SWITCH, *GRAPH_READS), since="0.18", upstream=(up.G4_TOKEN_DROP,)),
-    Rule("FGA021", "fine-grained-graph-warmup-steps", ERROR, check_graph_warmup,
-         bad=Example(_FG.format("[core_attn]") + "  cuda_graph_impl: transformer_engine\n"
-                     "  cuda_graph_warmup_steps: 0\n" + _ENV, version="0.19.2"),
-         good=Example(_FG.format("[core_attn]") + "  cuda_graph_impl: transformer_engine\n"
-                      "  cuda_graph_warmup_steps: 3\n" + _ENV, version="0.19.2"),
-         reads=(_SWITCH, "model.cuda_graph_warmup_steps", *GRAPH_READS), since="0.18", upstream=(up.G5_WARMUP,)),
-    Rule("FGA022", "fine-grained-full-iteration-inflight", ERROR, check_full_iteration_inflight,
-         bad=Example(_FG.format("[core_attn]") + "  cuda_graph_impl: full_iteration\n" + _ENV, version="0.19.2"),
-         good=Example(_FG.format("[core_attn]") + "  cuda_graph_impl: full_iteration\n"
-                      "  fine_grained_offloading_max_inflight_offloads: 1\n" + _ENV, version="0.19.2"),
-         reads=(_SWITCH, "model.fine_grained_offloading_max_inflight_offloads", *GRAPH_READS), since="0.18",
-         upstream=(up.G6_INFLIGHT,)),
-    Rule("FGA023", "expert-fc1-offload-with-ncclep-overlap", ERROR, check_ncclep_overlap,
-         bad=Example(_FG.format("[expert_fc1]") + "  num_moe_experts: 8\n  overlap_moe_expert_parallel_comm: true\n"
-                     "  moe_token_dispatcher_type: flex\n  moe_flex_dispatcher_backend: ncclep\n" + _ENV,
-                     version="0.19.2"),
-         good=Example(_FG.format("[moe_act]") + "  num_moe_experts: 8\n  overlap_moe_expert_parallel_comm: true\n"
-                      "  moe_token_dispatcher_type: flex\n  moe_flex_dispatcher_backend: ncclep\n" + _ENV,
-                      version="0.19.2"),
-         reads=(_SWITCH, _MODULES, "model.overlap_moe_expert_parallel_comm", "model.moe_token_dispatcher_type",
-                "model.moe_flex_dispatcher_backend"), since="0.19", upstream=(up.G7_NCCLEP,)),
-)
+RULES: tuple[Rule, ...] = declared(__name__)

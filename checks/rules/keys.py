@@ -10,7 +10,7 @@ from checks.context import Context, disagreements
 from checks.formats import BRIDGE_SECTIONS, is_offload_related, normalise
 from checks.formats import close_matches as _close_matches
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule
+from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule, declared, rule
 from checks.values import show
 from checks.versions import NEMO_RL_VERSIONS, mlm_flags, nemo_rl_keys, versions_with_field, versions_with_flag
 
@@ -72,6 +72,16 @@ def _suggest(ctx: Context, item: Unrecognised) -> str | None:
 _SUGGESTIONS = 200  # unknown keys a config gets a closest-name suggestion for; real configs have a few
 
 
+@rule("CFG001", "unknown-offload-key", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_ofload: true
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+          """))
 def check_unknown_key(ctx: Context) -> Iterator[Hit]:
     """An offloading key that is not a field of its section (a typo, or the wrong place).
 
@@ -133,6 +143,17 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
                   f"{_consequence(ctx, item)}", fix, origin=item.setting.origin)
 
 
+@rule("CFG007", "override-refused", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 8
+          """, overrides=("+model.cpu_offloading=true",)),
+      good=Example("""
+          model:
+            num_layers: 8
+          """, overrides=("model.cpu_offloading=true", "model.cpu_offloading_num_layers=2")),
+      flavors=frozenset({"bridge", "nemo-rl"}),
+      upstream=(up.BRIDGE_OVERRIDE_REFUSED, up.NRL_OVERRIDE_REFUSED))
 def check_refused_override(ctx: Context) -> Iterator[Hit]:
     """A `--set` override that Megatron Bridge or NeMo-RL refuses when it applies the overrides.
 
@@ -184,6 +205,22 @@ def _override_fix(ctx: Context, text: str, error: str) -> str:
            "for a list item)"
 
 
+@rule("CFG010", "value-unknown", INFO,
+      bad=Example("""
+          model:
+            num_layers: 8
+            cpu_offloading: true
+            cpu_offloading_num_layers: 2
+          """, complete=False),
+      good=Example("""
+          _target_: megatron.bridge.training.config.ConfigContainer
+          model:
+            num_layers: 8
+            cpu_offloading: true
+            cpu_offloading_num_layers: 2
+          """, complete=False),
+      flavors=frozenset({"bridge", "nemo-rl"}),
+      last=True)
 def check_undecided(ctx: Context) -> Iterator[Hit]:
     """A value some rule needs that none of the inputs state, so that rule cannot decide.
 
@@ -216,6 +253,11 @@ def check_undecided(ctx: Context) -> Iterator[Hit]:
                   f"{supply}", at=tuple(paths[1:]), paths=tuple(paths))
 
 
+@rule("CFG011", "conflicting-fixes", WARNING,
+      bad=Example("--num-layers 4 --cpu-offloading-num-layers 6 --moe-paged-stash", "megatron-lm", version="0.19.2",
+                  also=("ACT001", "ACT007")),
+      good=Example("--num-layers 4 --cpu-offloading-num-layers 2", "megatron-lm", version="0.19.2"),
+      last=True)
 def check_conflicting_patches(ctx: Context) -> Iterator[Hit]:
     """Two findings whose fixes set one key to different values.
 
@@ -249,6 +291,16 @@ def check_conflicting_patches(ctx: Context) -> Iterator[Hit]:
                   "(--emit-overrides prints neither value)", at=paths[1:], paths=paths if len(paths) > 1 else ())
 
 
+@rule("CFG009", "override-unverified", INFO,
+      bad=Example("""
+          model:
+            num_layers: 8
+          """, overrides=("+model.recompute_granularity=selective",)),
+      good=Example("""
+          model:
+            num_layers: 8
+          """, overrides=("++model.recompute_granularity=selective",)),
+      flavors=frozenset({"bridge", "nemo-rl"}))
 def check_unverified_override(ctx: Context) -> Iterator[Hit]:
     """A `--set` override whose outcome depends on a config the checker was not given.
 
@@ -283,6 +335,15 @@ def check_unverified_override(ctx: Context) -> Iterator[Hit]:
                   origin=note.origin)
 
 
+@rule("CFG002", "wrong-value-type", ERROR,
+      bad=Example("""
+          model:
+            cpu_offloading: "False"
+          """),
+      good=Example("""
+          model:
+            cpu_offloading: false
+          """))
 def check_value_type(ctx: Context) -> Iterator[Hit]:
     """A value of the wrong type, such as `"True"`, `"auto"` or `"0.5"` in quotes.
 
@@ -345,6 +406,23 @@ def _repair(kind: str, value: Any) -> Any:
     return None
 
 
+@rule("CFG003", "field-not-in-version", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            activation_offload_fraction: 0.5
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.16.1"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+            activation_offload_fraction: 0.5
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: 1
+          """, version="0.19.2"))
 def check_version(ctx: Context) -> Iterator[Hit]:
     """A field or flag that does not exist in the selected megatron-core version.
 
@@ -402,6 +480,12 @@ def _newer(a: str, b: str) -> bool:
     return version_key(a) > version_key(b)
 
 
+@rule("CFG004", "rejected-by-argument-parser", ERROR,
+      bad=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
+                  "--optimizer-offload-fraction half", "megatron-lm"),
+      good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
+                   "--optimizer-offload-fraction 1.0", "megatron-lm"),
+      flavors=frozenset({"megatron-lm"}))
 def check_rejected(ctx: Context) -> Iterator[Hit]:
     """A command line the Megatron-LM argument parser refuses, or that the functional-test runner cannot build.
 
@@ -438,6 +522,19 @@ def check_rejected(ctx: Context) -> Iterator[Hit]:
         yield Hit(path, item.reason, fix, origin=item.setting.origin)
 
 
+@rule("CFG008", "duplicate-key", WARNING,
+      bad=Example("""
+          MODEL_ARGS:
+            --num-layers: 4
+            --hidden-size: 256
+            --num-layers: 8
+          """, "megatron-lm"),
+      good=Example("""
+          MODEL_ARGS:
+            --num-layers: 8
+            --hidden-size: 256
+          """, "megatron-lm"),
+      flavors=frozenset({"megatron-lm"}))
 def check_duplicate_key(ctx: Context) -> Iterator[Hit]:
     """A flag written twice in the MODEL_ARGS of a Megatron-LM functional-test YAML.
 
@@ -481,6 +578,25 @@ def _section(ctx: Context, dest: str) -> str:
     return "argv"
 
 
+@rule("CFG005", "offload-setting-ignored", WARNING,
+      bad=Example("""
+          policy:
+            megatron_cfg:
+              enabled: false
+              optimizer:
+                optimizer_cpu_offload: true
+                optimizer_offload_fraction: 1.0
+          """, "nemo-rl"),
+      good=Example("""
+          policy:
+            megatron_cfg:
+              enabled: true
+              optimizer:
+                optimizer_cpu_offload: true
+                optimizer_offload_fraction: 1.0
+                use_distributed_optimizer: true
+                use_precision_aware_optimizer: true
+          """, "nemo-rl"))
 def check_ignored(ctx: Context) -> Iterator[Hit]:
     """An offloading setting the front end drops without saying so.
 
@@ -505,6 +621,23 @@ def check_ignored(ctx: Context) -> Iterator[Hit]:
                   "Remove it, or change the setting that disables it", origin=item.setting.origin)
 
 
+@rule("CFG006", "nemo-rl-model-overrides-conflict", ERROR,
+      bad=Example("""
+          policy:
+            megatron_cfg:
+              enabled: true
+              model_overrides:
+                recompute_granularity: selective
+          """, "nemo-rl"),
+      good=Example("""
+          policy:
+            megatron_cfg:
+              enabled: true
+              model_overrides:
+                recompute_method: uniform
+          """, "nemo-rl"),
+      flavors=frozenset({"nemo-rl"}),
+      upstream=(up.NRL_OVERRIDE_CONFLICT,))
 def check_model_overrides_conflict(ctx: Context) -> Iterator[Hit]:
     """NeMo-RL refuses `model_overrides` entries that have a first-class `megatron_cfg` key.
 
@@ -547,59 +680,4 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("CFG001", "unknown-offload-key", ERROR, check_unknown_key,
-         bad=Example("optimizer:\n  optimizer_cpu_ofload: true\n"),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n")),
-    Rule("CFG002", "wrong-value-type", ERROR, check_value_type,
-         bad=Example("model:\n  cpu_offloading: \"False\"\n"),
-         good=Example("model:\n  cpu_offloading: false\n")),
-    Rule("CFG003", "field-not-in-version", ERROR, check_version,
-         bad=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                     "  activation_offload_fraction: 0.5\nenv_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n", version="0.16.1"),
-         good=Example("model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-                      "  activation_offload_fraction: 0.5\nenv_vars:\n  NVTE_CPU_OFFLOAD_V1: 1\n", version="0.19.2")),
-    Rule("CFG004", "rejected-by-argument-parser", ERROR, check_rejected,
-         bad=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
-                     "--optimizer-offload-fraction half", "megatron-lm"),
-         good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer "
-                      "--optimizer-offload-fraction 1.0", "megatron-lm"),
-         flavors=frozenset({"megatron-lm"})),
-    Rule("CFG008", "duplicate-key", WARNING, check_duplicate_key,
-         bad=Example("MODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 256\n  --num-layers: 8\n", "megatron-lm"),
-         good=Example("MODEL_ARGS:\n  --num-layers: 8\n  --hidden-size: 256\n", "megatron-lm"),
-         flavors=frozenset({"megatron-lm"})),
-    Rule("CFG006", "nemo-rl-model-overrides-conflict", ERROR, check_model_overrides_conflict,
-         bad=Example("policy:\n  megatron_cfg:\n    enabled: true\n    model_overrides:\n"
-                     "      recompute_granularity: selective\n", "nemo-rl"),
-         good=Example("policy:\n  megatron_cfg:\n    enabled: true\n    model_overrides:\n"
-                      "      recompute_method: uniform\n", "nemo-rl"),
-         flavors=frozenset({"nemo-rl"}), upstream=(up.NRL_OVERRIDE_CONFLICT,)),
-    Rule("CFG005", "offload-setting-ignored", WARNING, check_ignored,
-         bad=Example("policy:\n  megatron_cfg:\n    enabled: false\n    optimizer:\n"
-                     "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n", "nemo-rl"),
-         good=Example("policy:\n  megatron_cfg:\n    enabled: true\n    optimizer:\n"
-                      "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n"
-                      "      use_distributed_optimizer: true\n      use_precision_aware_optimizer: true\n",
-                      "nemo-rl")),
-    Rule("CFG007", "override-refused", ERROR, check_refused_override,
-         bad=Example("model:\n  num_layers: 8\n", overrides=("+model.cpu_offloading=true",)),
-         good=Example("model:\n  num_layers: 8\n",
-                      overrides=("model.cpu_offloading=true", "model.cpu_offloading_num_layers=2")),
-         flavors=frozenset({"bridge", "nemo-rl"}), upstream=(up.BRIDGE_OVERRIDE_REFUSED, up.NRL_OVERRIDE_REFUSED)),
-    Rule("CFG010", "value-unknown", INFO, check_undecided,
-         bad=Example("model:\n  num_layers: 8\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n",
-                     complete=False),
-         good=Example("_target_: megatron.bridge.training.config.ConfigContainer\nmodel:\n  num_layers: 8\n"
-                      "  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n", complete=False),
-         flavors=frozenset({"bridge", "nemo-rl"}), last=True),
-    Rule("CFG011", "conflicting-fixes", WARNING, check_conflicting_patches,
-         bad=Example("--num-layers 4 --cpu-offloading-num-layers 6 --moe-paged-stash", "megatron-lm", version="0.19.2",
-                     also=("ACT001", "ACT007")),
-         good=Example("--num-layers 4 --cpu-offloading-num-layers 2", "megatron-lm", version="0.19.2"),
-         last=True),
-    Rule("CFG009", "override-unverified", INFO, check_unverified_override,
-         bad=Example("model:\n  num_layers: 8\n", overrides=("+model.recompute_granularity=selective",)),
-         good=Example("model:\n  num_layers: 8\n", overrides=("++model.recompute_granularity=selective",)),
-         flavors=frozenset({"bridge", "nemo-rl"})),
-)
+RULES: tuple[Rule, ...] = declared(__name__)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from checks.context import Context
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule
+from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule, declared, rule
 from checks.rules.cuda_graphs import graph_impl, graph_impl_patch, patch_text
 
 _SWITCH = "model.cpu_offloading"
@@ -32,6 +32,20 @@ def blockers(ctx: Context, layers: int) -> list[str]:
     return out
 
 
+@rule("ACT001", "cpu-offloading-num-layers-range", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 24
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 8
+          """),
+      upstream=(up.C1_NUM_LAYERS,))
 def check_num_layers_range(ctx: Context) -> Iterator[Hit]:
     """`cpu_offloading_num_layers` must lie in [0, num_layers - 1] while `cpu_offloading` is on.
 
@@ -76,6 +90,22 @@ def check_num_layers_range(ctx: Context) -> Iterator[Hit]:
     )
 
 
+@rule("ACT002", "cpu-offloading-pipeline-parallel", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            pipeline_model_parallel_size: 2
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            pipeline_model_parallel_size: 1
+          """),
+      upstream=(up.C2_PIPELINE,))
 def check_pipeline_parallel(ctx: Context) -> Iterator[Hit]:
     """Layer-level offloading does not support pipeline parallelism.
 
@@ -109,6 +139,10 @@ def check_pipeline_parallel(ctx: Context) -> Iterator[Hit]:
     )
 
 
+@rule("ACT003", "cpu-offloading-recompute", ERROR,
+      bad=Example("--num-layers 24 --cpu-offloading-num-layers 4 --recompute-activations", "megatron-lm"),
+      good=Example("--num-layers 24 --cpu-offloading-num-layers 4", "megatron-lm"),
+      upstream=(up.C3_RECOMPUTE,))
 def check_recompute(ctx: Context) -> Iterator[Hit]:
     """Layer-level offloading cannot be combined with activation recomputation.
 
@@ -138,6 +172,23 @@ def check_recompute(ctx: Context) -> Iterator[Hit]:
     )
 
 
+@rule("ACT004", "cpu-offloading-cuda-graphs", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cuda_graph_impl: transformer_engine
+          """, version="0.16.1"),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cuda_graph_impl: full_iteration
+            cpu_offloading_retain_pinned_cpu_buffers: true
+          """, version="0.19.2"),
+      upstream=(up.C4_CUDA_GRAPHS, up.C6_GRAPH_IMPL))
 def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
     """Layer-level offloading is refused with CUDA graphs, except `full_iteration` from 0.18.
 
@@ -186,6 +237,23 @@ def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
               upstream=ctx.upstream(up.C4_CUDA_GRAPHS), at=(_SWITCH,))
 
 
+@rule("ACT007", "cpu-offloading-with-moe-paged-stash", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            moe_paged_stash: true
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            moe_paged_stash: false
+          """),
+      since="0.18",
+      upstream=(up.C7_PAGED_STASH,))
 def check_paged_stash(ctx: Context) -> Iterator[Hit]:
     """MoE paged stashing and layer-level offloading exclude each other.
 
@@ -205,6 +273,19 @@ def check_paged_stash(ctx: Context) -> Iterator[Hit]:
                   patch={_SWITCH: False}, upstream=ctx.upstream(up.C7_PAGED_STASH), at=(_SWITCH,))
 
 
+@rule("ACT008", "cpu-offloading-last-layer", WARNING,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 23
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 22
+          """))
 def check_last_layer(ctx: Context) -> Iterator[Hit]:
     """Offloading every layer but the last leaves nothing to overlap the reloads with.
 
@@ -229,6 +310,20 @@ def check_last_layer(ctx: Context) -> Iterator[Hit]:
                   patch={_LAYERS: total - 2}, at=(_SWITCH,))
 
 
+@rule("ACT009", "cpu-offloading-not-applied", WARNING,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            overlap_moe_expert_parallel_comm: true
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+          """))
 def check_not_applied(ctx: Context) -> Iterator[Hit]:
     """Layer-level offloading is silently unused by hybrid (Mamba) models and the EP-overlap schedule.
 
@@ -260,6 +355,23 @@ def check_not_applied(ctx: Context) -> Iterator[Hit]:
                   "Turn one of them off", at=(_SWITCH,))
 
 
+@rule("ACT010", "cpu-offloading-full-iteration-graph-buffers", WARNING,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cuda_graph_impl: full_iteration
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cuda_graph_impl: full_iteration
+            cpu_offloading_retain_pinned_cpu_buffers: true
+          """),
+      since="0.18")
 def check_full_iteration_buffers(ctx: Context) -> Iterator[Hit]:
     """Layer-level offloading under a full-iteration CUDA graph should retain its pinned buffers.
 
@@ -284,6 +396,18 @@ def check_full_iteration_buffers(ctx: Context) -> Iterator[Hit]:
                   patch={retain: True}, at=(_SWITCH, "model.cuda_graph_impl"))
 
 
+@rule("ACT005", "cpu-offloading-zero-layers", WARNING,
+      bad=Example("""
+          model:
+            cpu_offloading: true
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 2
+          """),
+      flavors=frozenset({"bridge", "nemo-rl"}))
 def check_zero_layers(ctx: Context) -> Iterator[Hit]:
     """`cpu_offloading` on with `cpu_offloading_num_layers` 0 offloads nothing.
 
@@ -307,6 +431,19 @@ def check_zero_layers(ctx: Context) -> Iterator[Hit]:
                   "or set cpu_offloading=false", at=(_SWITCH,))
 
 
+@rule("ACT006", "cpu-offloading-knobs-without-switch", WARNING,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading_num_layers: 95
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+          """),
+      flavors=frozenset({"bridge", "nemo-rl"}))
 def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     """`cpu_offloading_*` knobs do nothing while `cpu_offloading` is off.
 
@@ -348,62 +485,4 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
                       f"Remove {name}, or turn cpu_offloading on")
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("ACT001", "cpu-offloading-num-layers-range", ERROR, check_num_layers_range,
-         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 24\n"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 8\n"),
-         reads=(_SWITCH, _LAYERS, "model.num_layers"), upstream=(up.C1_NUM_LAYERS,)),
-    Rule("ACT002", "cpu-offloading-pipeline-parallel", ERROR, check_pipeline_parallel,
-         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                     "  pipeline_model_parallel_size: 2\n"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                      "  pipeline_model_parallel_size: 1\n"),
-         reads=(_SWITCH, "model.pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size"),
-         upstream=(up.C2_PIPELINE,)),
-    Rule("ACT003", "cpu-offloading-recompute", ERROR, check_recompute,
-         bad=Example("--num-layers 24 --cpu-offloading-num-layers 4 --recompute-activations", "megatron-lm"),
-         good=Example("--num-layers 24 --cpu-offloading-num-layers 4", "megatron-lm"),
-         reads=(_SWITCH, "model.recompute_granularity"), upstream=(up.C3_RECOMPUTE,)),
-    Rule("ACT004", "cpu-offloading-cuda-graphs", ERROR, check_cuda_graphs,
-         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                     "  cuda_graph_impl: transformer_engine\n", version="0.16.1"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                      "  cuda_graph_impl: full_iteration\n  cpu_offloading_retain_pinned_cpu_buffers: true\n",
-                      version="0.19.2"),
-         reads=(_SWITCH, "model.cuda_graph_impl", "model.enable_cuda_graph", "model.external_cuda_graph",
-                "model.cuda_graph_scope"),
-         upstream=(up.C4_CUDA_GRAPHS, up.C6_GRAPH_IMPL)),
-    Rule("ACT007", "cpu-offloading-with-moe-paged-stash", ERROR, check_paged_stash,
-         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                     "  moe_paged_stash: true\n"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                      "  moe_paged_stash: false\n"),
-         reads=(_SWITCH, "model.moe_paged_stash"), since="0.18", upstream=(up.C7_PAGED_STASH,)),
-    Rule("ACT008", "cpu-offloading-last-layer", WARNING, check_last_layer,
-         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 23\n"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 22\n"),
-         reads=(_SWITCH, _LAYERS, "model.num_layers")),
-    Rule("ACT009", "cpu-offloading-not-applied", WARNING, check_not_applied,
-         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                     "  overlap_moe_expert_parallel_comm: true\n"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"),
-         reads=(_SWITCH, "model.overlap_moe_expert_parallel_comm")),
-    Rule("ACT010", "cpu-offloading-full-iteration-graph-buffers", WARNING, check_full_iteration_buffers,
-         bad=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                     "  cuda_graph_impl: full_iteration\n"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-                      "  cuda_graph_impl: full_iteration\n  cpu_offloading_retain_pinned_cpu_buffers: true\n"),
-         reads=(_SWITCH, "model.cuda_graph_impl", "model.cpu_offloading_retain_pinned_cpu_buffers",
-                "model.cuda_graph_scope"), since="0.18"),
-    Rule("ACT005", "cpu-offloading-zero-layers", WARNING, check_zero_layers,
-         bad=Example("model:\n  cpu_offloading: true\n"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 2\n"),
-         reads=(_SWITCH, _LAYERS), flavors=frozenset({"bridge", "nemo-rl"})),
-    Rule("ACT006", "cpu-offloading-knobs-without-switch", WARNING, check_knobs_without_switch,
-         bad=Example("model:\n  num_layers: 24\n  cpu_offloading_num_layers: 95\n"),
-         good=Example("model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"),
-         reads=(_SWITCH, _LAYERS, "model.num_layers", "model.cpu_offloading_double_buffering",
-                "model.cpu_offloading_retain_pinned_cpu_buffers", "model.pipeline_model_parallel_size",
-                "model.recompute_granularity", "model.fine_grained_activation_offloading"),
-         flavors=frozenset({"bridge", "nemo-rl"})),
-)
+RULES: tuple[Rule, ...] = declared(__name__)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from checks.anchors import Upstream
 from checks.context import Context
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
+from checks.rules.base import ERROR, WARNING, Example, Hit, Rule, declared, rule
 
 _SWITCH = "optimizer.optimizer_cpu_offload"
 _FRACTION = "optimizer.optimizer_offload_fraction"
@@ -23,8 +23,24 @@ def _nemo_rl_fraction_check(ctx: Context) -> Upstream | None:
     if ctx.flavor != "nemo-rl":
         return None
     return ctx.upstream(up.NRL_LEGACY_FRACTION if legacy_nemo_rl(ctx) else up.NRL_FRACTION)
+_MLM = "--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer"
 
 
+@rule("OPT001", "optimizer-offload-fraction-zero", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      upstream=(up.NRL_FRACTION, up.NRL_LEGACY_FRACTION))
 def check_fraction_zero(ctx: Context) -> Iterator[Hit]:
     """`optimizer_cpu_offload` with `optimizer_offload_fraction` 0 offloads nothing.
 
@@ -52,6 +68,22 @@ def check_fraction_zero(ctx: Context) -> Iterator[Hit]:
                   "1.0 offloads all of it)", patch={_FRACTION: 1.0}, upstream=upstream, at=(_SWITCH,))
 
 
+@rule("OPT002", "optimizer-offload-fraction-range", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.5
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      upstream=(up.NRL_FRACTION, up.NRL_LEGACY_FRACTION))
 def check_fraction_range(ctx: Context) -> Iterator[Hit]:
     """`optimizer_offload_fraction` must lie in [0, 1].
 
@@ -77,6 +109,19 @@ def check_fraction_range(ctx: Context) -> Iterator[Hit]:
               patch={_FRACTION: 1.0} if fraction > 1 else None, upstream=upstream, at=(_SWITCH,))
 
 
+@rule("OPT003", "optimizer-offload-knobs-without-switch", WARNING,
+      bad=Example("""
+          optimizer:
+            optimizer_offload_fraction: 1.0
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      upstream=(up.NRL_OVERLAP,))
 def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
     """Optimizer-offload knobs do nothing while `optimizer_cpu_offload` is off.
 
@@ -116,6 +161,24 @@ def check_knobs_without_switch(ctx: Context) -> Iterator[Hit]:
                   f"Set optimizer_cpu_offload=true to offload optimizer state, or remove {name}")
 
 
+@rule("OPT004", "optimizer-offload-decoupled-weight-decay", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            decoupled_weight_decay: false
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      since="0.15",
+      upstream=(up.I2_DECOUPLED_WD,))
 def check_decoupled_weight_decay(ctx: Context) -> Iterator[Hit]:
     """Optimizer offloading needs AdamW-style decoupled weight decay.
 
@@ -138,6 +201,12 @@ def check_decoupled_weight_decay(ctx: Context) -> Iterator[Hit]:
                   at=(_SWITCH,))
 
 
+@rule("OPT005", "optimizer-offload-needs-precision-aware-optimizer", ERROR,
+      bad=Example("--bf16 --optimizer-cpu-offload --use-distributed-optimizer", "megatron-lm"),
+      good=Example("--bf16 --optimizer-cpu-offload --use-distributed-optimizer --use-precision-aware-optimizer",
+                   "megatron-lm"),
+      flavors=frozenset({"megatron-lm"}),
+      upstream=(up.A1_PRECISION_AWARE,))
 def check_precision_aware_cli(ctx: Context) -> Iterator[Hit]:
     """On the Megatron-LM command line, `--optimizer-cpu-offload` needs `--use-precision-aware-optimizer`.
 
@@ -167,6 +236,11 @@ def check_precision_aware_cli(ctx: Context) -> Iterator[Hit]:
                   patch=patch, upstream=ctx.upstream(up.A1_PRECISION_AWARE), at=(_SWITCH,))
 
 
+@rule("OPT006", "optimizer-offload-fp8-param-gather-recipe", ERROR,
+      bad=Example(_MLM + " --fp8-format hybrid --fp8-param-gather --fp8-recipe tensorwise", "megatron-lm"),
+      good=Example(_MLM + " --fp8-format hybrid --fp8-param-gather --fp8-recipe delayed", "megatron-lm"),
+      flavors=frozenset({"megatron-lm"}),
+      upstream=(up.A2_FP8_DELAYED,))
 def check_fp8_param_gather_cli(ctx: Context) -> Iterator[Hit]:
     """On the Megatron-LM command line, optimizer offload with `--fp8-param-gather` needs the delayed fp8 recipe.
 
@@ -189,6 +263,31 @@ def check_fp8_param_gather_cli(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.A2_FP8_DELAYED), at=("model.fp8_param", _SWITCH))
 
 
+@rule("OPT013", "optimizer-offload-needs-distributed-optimizer-nemo-rl", ERROR,
+      bad=Example("""
+          policy:
+            megatron_cfg:
+              enabled: true
+              optimizer:
+                optimizer: adam
+                optimizer_cpu_offload: true
+                optimizer_offload_fraction: 1.0
+                use_precision_aware_optimizer: false
+                use_distributed_optimizer: false
+          """, "nemo-rl"),
+      good=Example("""
+          policy:
+            megatron_cfg:
+              enabled: true
+              optimizer:
+                optimizer: adam
+                optimizer_cpu_offload: true
+                optimizer_offload_fraction: 1.0
+                use_precision_aware_optimizer: true
+                use_distributed_optimizer: true
+          """, "nemo-rl"),
+      flavors=frozenset({"nemo-rl"}),
+      upstream=(up.NRL_DISTOPT,))
 def check_distributed_optimizer(ctx: Context) -> Iterator[Hit]:
     """NeMo-RL requires the distributed optimizer for optimizer offloading.
 
@@ -210,6 +309,22 @@ def check_distributed_optimizer(ctx: Context) -> Iterator[Hit]:
                   at=(_SWITCH,))
 
 
+@rule("OPT014", "optimizer-offload-without-precision-aware-optimizer", WARNING,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: false
+            use_distributed_optimizer: true
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      flavors=frozenset({"bridge", "nemo-rl"}))
 def check_without_precision_aware(ctx: Context) -> Iterator[Hit]:
     """Without the precision-aware optimizer, optimizer offloading moves only the Adam moments.
 
@@ -245,6 +360,20 @@ def check_without_precision_aware(ctx: Context) -> Iterator[Hit]:
               patch={"optimizer.use_precision_aware_optimizer": True}, at=(_SWITCH,))
 
 
+@rule("OPT015", "optimizer-offload-adam-or-sgd", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            optimizer: lion
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            optimizer: adam
+          """),
+      upstream=(up.NRL_ADAM_SGD,))
 def check_adam_or_sgd(ctx: Context) -> Iterator[Hit]:
     """Optimizer offloading supports Adam and SGD only; other optimizers silently become SGD.
 
@@ -270,6 +399,22 @@ def check_adam_or_sgd(ctx: Context) -> Iterator[Hit]:
                   patch={"optimizer.optimizer": "adam"}, upstream=upstream, at=(_SWITCH,))
 
 
+@rule("OPT016", "optimizer-offload-dead-knob", WARNING,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+            use_torch_optimizer_for_cpu_offload: true
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """))
 def check_dead_knobs(ctx: Context) -> Iterator[Hit]:
     """`use_torch_optimizer_for_cpu_offload` never does anything; `pin_cpu_params` does nothing before main.
 
@@ -298,6 +443,23 @@ def check_dead_knobs(ctx: Context) -> Iterator[Hit]:
                   "always are)", "Remove it")
 
 
+@rule("OPT017", "optimizer-offload-with-optimizer-cuda-graph", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+            optimizer_cuda_graph: true
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      since="0.17")
 def check_optimizer_cuda_graph(ctx: Context) -> Iterator[Hit]:
     """The optimizer step cannot be captured in a CUDA graph while it runs partly on the host.
 
@@ -317,6 +479,24 @@ def check_optimizer_cuda_graph(ctx: Context) -> Iterator[Hit]:
                   patch={"optimizer.optimizer_cuda_graph": False}, at=(_SWITCH,))
 
 
+@rule("OPT018", "optimizer-offload-overlap-race", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+            overlap_cpu_optimizer_d2h_h2d: true
+          """, version="0.15.3"),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+            overlap_cpu_optimizer_d2h_h2d: false
+          """, version="0.15.3"),
+      until="0.15")
 def check_overlap_race(ctx: Context) -> Iterator[Hit]:
     """megatron-core 0.14 and 0.15 race on the copy-back with `overlap_cpu_optimizer_d2h_h2d`.
 
@@ -346,6 +526,28 @@ def _megatron_fsdp(ctx: Context) -> tuple[bool, int]:
     return on, int(version) if isinstance(version, int) else 1
 
 
+@rule("OPT019", "optimizer-offload-with-megatron-fsdp", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          dist:
+            use_megatron_fsdp: true
+          ddp:
+            megatron_fsdp_version: 2
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          dist:
+            use_megatron_fsdp: false
+          """),
+      upstream=(up.I6_MFSDP_V2, up.BRIDGE_MFSDP_V2))
 def check_megatron_fsdp(ctx: Context) -> Iterator[Hit]:
     """Optimizer offloading with Megatron-FSDP: refused for v2, untested for v1.
 
@@ -376,6 +578,12 @@ def check_megatron_fsdp(ctx: Context) -> Iterator[Hit]:
                   severity=WARNING)
 
 
+@rule("OPT020", "optimizer-offload-with-rl-inference-offload", ERROR,
+      bad=Example(_MLM + " --rl-offload-optimizer-during-inference", "megatron-lm"),
+      good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer",
+                   "megatron-lm"),
+      since="0.15",
+      flavors=frozenset({"megatron-lm"}))
 def check_rl_offload_during_inference(ctx: Context) -> Iterator[Hit]:
     """Megatron-LM's RL inference offload moves the hybrid optimizer's host state back to the GPU.
 
@@ -398,6 +606,31 @@ def check_rl_offload_during_inference(ctx: Context) -> Iterator[Hit]:
                   "Use one of the two", at=(_SWITCH,))
 
 
+@rule("OPT021", "nemo-rl-fraction-must-be-one", ERROR,
+      bad=Example("""
+          policy:
+            megatron_cfg:
+              enabled: true
+              optimizer:
+                optimizer: adam
+                optimizer_cpu_offload: true
+                optimizer_offload_fraction: 0.5
+                use_precision_aware_optimizer: true
+                use_distributed_optimizer: true
+          """, "nemo-rl", nemo_rl="0.7"),
+      good=Example("""
+          policy:
+            megatron_cfg:
+              enabled: true
+              optimizer:
+                optimizer: adam
+                optimizer_cpu_offload: true
+                optimizer_offload_fraction: 1.0
+                use_precision_aware_optimizer: true
+                use_distributed_optimizer: true
+          """, "nemo-rl", nemo_rl="0.7"),
+      flavors=frozenset({"nemo-rl"}),
+      upstream=(up.NRL_LEGACY_FRACTION,))
 def check_nemo_rl_legacy_fraction(ctx: Context) -> Iterator[Hit]:
     """NeMo-RL up to 0.7.0 accepts optimizer offloading only with `optimizer_offload_fraction: 1.0`.
 
@@ -420,80 +653,4 @@ def check_nemo_rl_legacy_fraction(ctx: Context) -> Iterator[Hit]:
                   patch={_FRACTION: 1.0}, upstream=ctx.upstream(up.NRL_LEGACY_FRACTION), at=(_SWITCH,))
 
 
-_PAO_YAML = "  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"
-_ON = "optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n"
-_ON_PAO = _ON + _PAO_YAML
-_MLM = "--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer"
-_NRL = ("policy:\n  megatron_cfg:\n    enabled: true\n    optimizer:\n      optimizer: adam\n"
-        "      optimizer_cpu_offload: true\n      optimizer_offload_fraction: 1.0\n"
-        "      use_precision_aware_optimizer: true\n      {}\n")
-RULES: tuple[Rule, ...] = (
-    Rule("OPT001", "optimizer-offload-fraction-zero", ERROR, check_fraction_zero,
-         bad=Example("optimizer:\n  optimizer_cpu_offload: true\n" + _PAO_YAML),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n" + _PAO_YAML),
-         reads=(_SWITCH, _FRACTION), upstream=(up.NRL_FRACTION, up.NRL_LEGACY_FRACTION)),
-    Rule("OPT002", "optimizer-offload-fraction-range", ERROR, check_fraction_range,
-         bad=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.5\n" + _PAO_YAML),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n" + _PAO_YAML),
-         reads=(_SWITCH, _FRACTION), upstream=(up.NRL_FRACTION, up.NRL_LEGACY_FRACTION)),
-    Rule("OPT003", "optimizer-offload-knobs-without-switch", WARNING, check_knobs_without_switch,
-         bad=Example("optimizer:\n  optimizer_offload_fraction: 1.0\n"),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n" + _PAO_YAML),
-         reads=(_SWITCH, _FRACTION, "optimizer.overlap_cpu_optimizer_d2h_h2d",
-                "optimizer.use_torch_optimizer_for_cpu_offload", "optimizer.pin_cpu_grads",
-                "optimizer.pin_cpu_params"),
-         upstream=(up.NRL_OVERLAP,)),
-    Rule("OPT004", "optimizer-offload-decoupled-weight-decay", ERROR, check_decoupled_weight_decay,
-         bad=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n"
-                     "  decoupled_weight_decay: false\n" + _PAO_YAML),
-         good=Example("optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n" + _PAO_YAML),
-         reads=(_SWITCH, "optimizer.decoupled_weight_decay"), since="0.15", upstream=(up.I2_DECOUPLED_WD,)),
-    Rule("OPT005", "optimizer-offload-needs-precision-aware-optimizer", ERROR, check_precision_aware_cli,
-         bad=Example("--bf16 --optimizer-cpu-offload --use-distributed-optimizer", "megatron-lm"),
-         good=Example("--bf16 --optimizer-cpu-offload --use-distributed-optimizer --use-precision-aware-optimizer",
-                      "megatron-lm"),
-         reads=(_SWITCH, "optimizer.use_precision_aware_optimizer", _DISTOPT), flavors=frozenset({"megatron-lm"}),
-         upstream=(up.A1_PRECISION_AWARE,)),
-    Rule("OPT013", "optimizer-offload-needs-distributed-optimizer-nemo-rl", ERROR, check_distributed_optimizer,
-         bad=Example(_NRL.format("use_distributed_optimizer: false").replace("aware_optimizer: true",
-                                                                                  "aware_optimizer: false"), "nemo-rl"),
-         good=Example(_NRL.format("use_distributed_optimizer: true"), "nemo-rl"),
-         reads=(_SWITCH, _DISTOPT), flavors=frozenset({"nemo-rl"}), upstream=(up.NRL_DISTOPT,)),
-    Rule("OPT014", "optimizer-offload-without-precision-aware-optimizer", WARNING, check_without_precision_aware,
-         bad=Example(_ON + "  use_precision_aware_optimizer: false\n  use_distributed_optimizer: true\n"),
-         good=Example(_ON + "  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"),
-         reads=(_SWITCH, _DISTOPT, "optimizer.use_precision_aware_optimizer", "optimizer.optimizer"),
-         flavors=frozenset({"bridge", "nemo-rl"})),
-    Rule("OPT015", "optimizer-offload-adam-or-sgd", ERROR, check_adam_or_sgd,
-         bad=Example(_ON + "  optimizer: lion\n"), good=Example(_ON + "  optimizer: adam\n"),
-         reads=(_SWITCH, "optimizer.optimizer"), upstream=(up.NRL_ADAM_SGD,)),
-    Rule("OPT016", "optimizer-offload-dead-knob", WARNING, check_dead_knobs,
-         bad=Example(_ON_PAO + "  use_torch_optimizer_for_cpu_offload: true\n"), good=Example(_ON_PAO),
-         reads=(_SWITCH, "optimizer.use_torch_optimizer_for_cpu_offload", "optimizer.pin_cpu_params")),
-    Rule("OPT017", "optimizer-offload-with-optimizer-cuda-graph", ERROR, check_optimizer_cuda_graph,
-         bad=Example(_ON_PAO + "  optimizer_cuda_graph: true\n"), good=Example(_ON_PAO),
-         reads=(_SWITCH, "optimizer.optimizer_cuda_graph"), since="0.17"),
-    Rule("OPT018", "optimizer-offload-overlap-race", ERROR, check_overlap_race,
-         bad=Example(_ON_PAO + "  overlap_cpu_optimizer_d2h_h2d: true\n", version="0.15.3"),
-         good=Example(_ON_PAO + "  overlap_cpu_optimizer_d2h_h2d: false\n", version="0.15.3"),
-         reads=(_SWITCH, "optimizer.overlap_cpu_optimizer_d2h_h2d"), until="0.15"),
-    Rule("OPT019", "optimizer-offload-with-megatron-fsdp", ERROR, check_megatron_fsdp,
-         bad=Example(_ON_PAO + "dist:\n  use_megatron_fsdp: true\nddp:\n  megatron_fsdp_version: 2\n"),
-         good=Example(_ON_PAO + "dist:\n  use_megatron_fsdp: false\n"),
-         reads=(_SWITCH, "run.use_megatron_fsdp", "run.megatron_fsdp_version", "ddp.use_megatron_fsdp"),
-         upstream=(up.I6_MFSDP_V2, up.BRIDGE_MFSDP_V2)),
-    Rule("OPT020", "optimizer-offload-with-rl-inference-offload", ERROR, check_rl_offload_during_inference,
-         bad=Example(_MLM + " --rl-offload-optimizer-during-inference", "megatron-lm"),
-         good=Example(_MLM, "megatron-lm"),
-         reads=(_SWITCH, "run.rl_offload_optimizer_during_inference"), since="0.15",
-         flavors=frozenset({"megatron-lm"})),
-    Rule("OPT021", "nemo-rl-fraction-must-be-one", ERROR, check_nemo_rl_legacy_fraction,
-         bad=Example(_NRL.format("use_distributed_optimizer: true").replace("1.0", "0.5"), "nemo-rl", nemo_rl="0.7"),
-         good=Example(_NRL.format("use_distributed_optimizer: true"), "nemo-rl", nemo_rl="0.7"),
-         reads=(_SWITCH, _FRACTION), flavors=frozenset({"nemo-rl"}), upstream=(up.NRL_LEGACY_FRACTION,)),
-    Rule("OPT006", "optimizer-offload-fp8-param-gather-recipe", ERROR, check_fp8_param_gather_cli,
-         bad=Example(_MLM + " --fp8-format hybrid --fp8-param-gather --fp8-recipe tensorwise", "megatron-lm"),
-         good=Example(_MLM + " --fp8-format hybrid --fp8-param-gather --fp8-recipe delayed", "megatron-lm"),
-         reads=(_SWITCH, "model.fp8_param", "model.fp8_recipe"), flavors=frozenset({"megatron-lm"}),
-         upstream=(up.A2_FP8_DELAYED,)),
-)
+RULES: tuple[Rule, ...] = declared(__name__)

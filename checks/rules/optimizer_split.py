@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from checks.context import Context
 from checks.model.optimizer_split import Split, predict
 from checks.model.shape import ShapeUnknown, shape_from
-from checks.rules.base import INFO, WARNING, Example, Hit, Rule
+from checks.rules.base import INFO, WARNING, Example, Hit, Rule, declared, rule
 from checks.rules.optimizer import legacy_nemo_rl
 
 _SWITCH = "optimizer.optimizer_cpu_offload"
@@ -16,8 +16,14 @@ _FRACTION = "optimizer.optimizer_offload_fraction"
 MATERIAL_OVERSHOOT = 0.05
 _RANKS = ("on a data-parallel rank that holds whole tensors (with data parallelism each rank splits its own "
           "shards, so ranks differ and can overshoot further)")
+_MLM = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 32000 --max-position-embeddings 128 "
+        "--untie-embeddings-and-output-weights --bf16 --use-distributed-optimizer --use-precision-aware-optimizer "
+        "--optimizer-cpu-offload --optimizer-offload-fraction {}")
 
 
+@rule("OPT022", "optimizer-offload-greedy-split", WARNING,
+      bad=Example(_MLM.format(0.1), "megatron-lm"),
+      good=Example(_MLM.format(1.0), "megatron-lm"))
 def check_greedy_split(ctx: Context) -> Iterator[Hit]:
     """A fractional optimizer offload moves whole tensors, so it can move far more than the fraction.
 
@@ -108,11 +114,4 @@ def _describe(splits: Sequence[Split], stages: int) -> str:
     return " and ".join(parts)
 
 
-_MLM = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 32000 --max-position-embeddings 128 "
-        "--untie-embeddings-and-output-weights --bf16 --use-distributed-optimizer --use-precision-aware-optimizer "
-        "--optimizer-cpu-offload --optimizer-offload-fraction {}")
-RULES: tuple[Rule, ...] = (
-    Rule("OPT022", "optimizer-offload-greedy-split", WARNING, check_greedy_split,
-         bad=Example(_MLM.format(0.1), "megatron-lm"), good=Example(_MLM.format(1.0), "megatron-lm"),
-         reads=(_SWITCH, _FRACTION)),
-)
+RULES: tuple[Rule, ...] = declared(__name__)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from checks.context import Context
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, WARNING, Example, Hit, Rule
+from checks.rules.base import ERROR, WARNING, Example, Hit, Rule, declared, rule
 
 _PAO = "optimizer.use_precision_aware_optimizer"
 _OFFLOAD = "optimizer.optimizer_cpu_offload"
@@ -14,6 +14,20 @@ _DISTOPT = "optimizer.use_distributed_optimizer"
 _DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 
 
+@rule("OPT007", "precision-aware-optimizer-needs-adam", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer: sgd
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      good=Example("""
+          optimizer:
+            optimizer: adam
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      upstream=(up.O1_PAO_ADAM,))
 def check_pao_adam(ctx: Context) -> Iterator[Hit]:
     """The precision-aware optimizer supports Adam only.
 
@@ -36,6 +50,18 @@ def check_pao_adam(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.O1_PAO_ADAM), at=(_PAO,))
 
 
+@rule("OPT008", "precision-aware-optimizer-needs-distributed-optimizer", ERROR,
+      bad=Example("""
+          optimizer:
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: false
+          """),
+      good=Example("""
+          optimizer:
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      upstream=(up.O2_PAO_DISTOPT, up.I4_PAO_DISTOPT))
 def check_pao_distopt(ctx: Context) -> Iterator[Hit]:
     """The precision-aware optimizer needs the distributed optimizer.
 
@@ -59,6 +85,18 @@ def check_pao_distopt(ctx: Context) -> Iterator[Hit]:
                   at=(_PAO,))
 
 
+@rule("OPT009", "reduced-optimizer-dtypes-need-precision-aware-optimizer", ERROR,
+      bad=Example("""
+          optimizer:
+            exp_avg_dtype: bf16
+          """),
+      good=Example("""
+          optimizer:
+            exp_avg_dtype: bf16
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """),
+      upstream=tuple(up.O5_O8_DTYPES.values()))
 def check_reduced_dtypes(ctx: Context) -> Iterator[Hit]:
     """Reduced-precision optimizer dtypes need the precision-aware optimizer.
 
@@ -82,6 +120,23 @@ def check_reduced_dtypes(ctx: Context) -> Iterator[Hit]:
                       patch={f"optimizer.{name}": "fp32"}, upstream=ctx.upstream(up.O5_O8_DTYPES[name]))
 
 
+@rule("OPT010", "optimizer-offload-ignores-reduced-dtypes", WARNING,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+            exp_avg_dtype: bf16
+            exp_avg_sq_dtype: bf16
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          """))
 def check_offload_ignores_dtypes(ctx: Context) -> Iterator[Hit]:
     """Optimizer offloading ignores the precision-aware optimizer's reduced dtypes.
 
@@ -120,6 +175,10 @@ def _fp32_params(ctx: Context) -> bool | None:
     return None
 
 
+@rule("OPT011", "optimizer-offload-fp32-params-distributed-optimizer", ERROR,
+      bad=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer", "megatron-lm"),
+      good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer",
+                   "megatron-lm"))
 def check_fp32_params(ctx: Context) -> Iterator[Hit]:
     """fp32 parameters with the distributed optimizer and optimizer offloading fail to build.
 
@@ -147,6 +206,29 @@ def check_fp32_params(ctx: Context) -> Iterator[Hit]:
                   at=(_OFFLOAD, _DISTOPT))
 
 
+@rule("OPT012", "optimizer-offload-low-precision-params", ERROR,
+      bad=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          model:
+            fp8: hybrid
+            fp8_param: true
+            fp8_recipe: tensorwise
+          """),
+      good=Example("""
+          optimizer:
+            optimizer_cpu_offload: true
+            optimizer_offload_fraction: 1.0
+            use_precision_aware_optimizer: true
+            use_distributed_optimizer: true
+          model:
+            fp8: hybrid
+            fp8_param: true
+            fp8_recipe: delayed
+          """))
 def check_low_precision_params(ctx: Context) -> Iterator[Hit]:
     """fp8 parameters (other than the delayed recipe) and fp4 parameters break optimizer offloading.
 
@@ -180,37 +262,4 @@ def check_low_precision_params(ctx: Context) -> Iterator[Hit]:
                   patch={"model.fp4_param": False}, at=(_OFFLOAD,))
 
 
-_OFF = "optimizer:\n  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 1.0\n"
-_PAO_YAML = "  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"
-RULES: tuple[Rule, ...] = (
-    Rule("OPT007", "precision-aware-optimizer-needs-adam", ERROR, check_pao_adam,
-         bad=Example("optimizer:\n  optimizer: sgd\n  use_precision_aware_optimizer: true\n"
-                     "  use_distributed_optimizer: true\n"),
-         good=Example("optimizer:\n  optimizer: adam\n  use_precision_aware_optimizer: true\n"
-                      "  use_distributed_optimizer: true\n"),
-         reads=(_PAO, "optimizer.optimizer"), upstream=(up.O1_PAO_ADAM,)),
-    Rule("OPT008", "precision-aware-optimizer-needs-distributed-optimizer", ERROR, check_pao_distopt,
-         bad=Example("optimizer:\n  use_precision_aware_optimizer: true\n  use_distributed_optimizer: false\n"),
-         good=Example("optimizer:\n  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"),
-         reads=(_PAO, _DISTOPT), upstream=(up.O2_PAO_DISTOPT, up.I4_PAO_DISTOPT)),
-    Rule("OPT009", "reduced-optimizer-dtypes-need-precision-aware-optimizer", ERROR, check_reduced_dtypes,
-         bad=Example("optimizer:\n  exp_avg_dtype: bf16\n"),
-         good=Example("optimizer:\n  exp_avg_dtype: bf16\n  use_precision_aware_optimizer: true\n"
-                      "  use_distributed_optimizer: true\n"),
-         reads=(_PAO, *(f"optimizer.{n}" for n in _DTYPES)), upstream=tuple(up.O5_O8_DTYPES.values())),
-    Rule("OPT010", "optimizer-offload-ignores-reduced-dtypes", WARNING, check_offload_ignores_dtypes,
-         bad=Example(_OFF + "  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"
-                     "  exp_avg_dtype: bf16\n  exp_avg_sq_dtype: bf16\n"),
-         good=Example(_OFF + "  use_precision_aware_optimizer: true\n  use_distributed_optimizer: true\n"),
-         reads=(_OFFLOAD, _PAO, *(f"optimizer.{n}" for n in _DTYPES))),
-    Rule("OPT011", "optimizer-offload-fp32-params-distributed-optimizer", ERROR, check_fp32_params,
-         bad=Example("--optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer",
-                     "megatron-lm"),  # no --bf16: the model trains in fp32
-         good=Example("--bf16 --optimizer-cpu-offload --use-precision-aware-optimizer --use-distributed-optimizer",
-                      "megatron-lm"),
-         reads=(_OFFLOAD, _DISTOPT, "model.params_dtype", "model.bf16", "model.fp16")),
-    Rule("OPT012", "optimizer-offload-low-precision-params", ERROR, check_low_precision_params,
-         bad=Example(_OFF + _PAO_YAML + "model:\n  fp8: hybrid\n  fp8_param: true\n  fp8_recipe: tensorwise\n"),
-         good=Example(_OFF + _PAO_YAML + "model:\n  fp8: hybrid\n  fp8_param: true\n  fp8_recipe: delayed\n"),
-         reads=(_OFFLOAD, _DISTOPT, "model.fp8_param", "model.fp8_recipe", "model.fp4_param")),
-)
+RULES: tuple[Rule, ...] = declared(__name__)

@@ -6,13 +6,30 @@ from collections.abc import Iterator
 
 from checks.context import Context
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, Example, Hit, Rule
+from checks.rules.base import ERROR, Example, Hit, Rule, declared, rule
 
 _GRANULARITY = "model.recompute_granularity"
 _METHOD = "model.recompute_method"
 _NUM_LAYERS = "model.recompute_num_layers"
 
 
+@rule("ACT011", "recompute-settings-invalid", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 8
+            recompute_granularity: selective
+            recompute_num_layers: 2
+          """),
+      good=Example("""
+          model:
+            num_layers: 8
+            recompute_granularity: full
+            recompute_method: uniform
+            recompute_num_layers: 2
+          """),
+      flavors=frozenset({"bridge", "nemo-rl"}),
+      upstream=(up.R1_GRANULARITY, up.R2_METHOD, up.R3_NO_METHOD, up.R4_NUM_LAYERS, up.R5_SELECTIVE_LAYERS,
+                up.NRL_RECOMPUTE_GRANULARITY))
 def check_recompute_settings(ctx: Context) -> Iterator[Hit]:
     """The recompute settings megatron-core refuses: a granularity or method it does not know, or a
     granularity without the method and layer count it needs.
@@ -76,14 +93,4 @@ def _layers_per_rank(ctx: Context) -> str:
     return "num_layers / pipeline_model_parallel_size"
 
 
-_MODEL = "model:\n  num_layers: 8\n"
-RULES: tuple[Rule, ...] = (
-    Rule("ACT011", "recompute-settings-invalid", ERROR, check_recompute_settings,
-         bad=Example(_MODEL + "  recompute_granularity: selective\n  recompute_num_layers: 2\n"),
-         good=Example(_MODEL + "  recompute_granularity: full\n  recompute_method: uniform\n"
-                      "  recompute_num_layers: 2\n"),
-         reads=(_GRANULARITY, _METHOD, _NUM_LAYERS),
-         flavors=frozenset({"bridge", "nemo-rl"}),
-         upstream=(up.R1_GRANULARITY, up.R2_METHOD, up.R3_NO_METHOD, up.R4_NUM_LAYERS, up.R5_SELECTIVE_LAYERS,
-                   up.NRL_RECOMPUTE_GRANULARITY)),
-)
+RULES: tuple[Rule, ...] = declared(__name__)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from checks.context import Context
 from checks.rules import upstream as up
-from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule
+from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule, declared, rule
 
 _LAYER = "model.cpu_offloading"
 _FINE = "model.fine_grained_activation_offloading"
@@ -23,6 +23,23 @@ def _v1_path(ctx: Context) -> bool:
     return ctx.env_var("NVTE_CPU_OFFLOAD_V1") == "1"
 
 
+@rule("TEX001", "cpu-offloading-nothing-to-offload", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cpu_offloading_activations: false
+            cpu_offloading_weights: false
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cpu_offloading_activations: true
+          """),
+      upstream=(up.TE_NOTHING_TO_OFFLOAD, up.TE_NOTHING_TO_OFFLOAD_V2))
 def check_nothing_to_offload(ctx: Context) -> Iterator[Hit]:
     """`cpu_offloading_activations` and `cpu_offloading_weights` both false: nothing to offload, or a crash.
 
@@ -60,6 +77,21 @@ def check_nothing_to_offload(ctx: Context) -> Iterator[Hit]:
                   patch=patch, upstream=ctx.upstream(up.TE_NOTHING_TO_OFFLOAD))
 
 
+@rule("TEX002", "cpu-offloading-weights-no-effect", WARNING,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cpu_offloading_weights: true
+          """),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cpu_offloading_weights: false
+          """))
 def check_weights(ctx: Context) -> Iterator[Hit]:
     """`cpu_offloading_weights` has no effect with Transformer Engine 2.3 and later.
 
@@ -90,6 +122,21 @@ def check_weights(ctx: Context) -> Iterator[Hit]:
               at=(_LAYER,), severity=ERROR if only else None)
 
 
+@rule("TEX003", "cpu-offloading-double-buffering-ignored", WARNING,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cpu_offloading_double_buffering: true
+          """, te="2.12"),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cpu_offloading_double_buffering: false
+          """))
 def check_double_buffering(ctx: Context) -> Iterator[Hit]:
     """`cpu_offloading_double_buffering` is ignored by most Transformer Engine versions.
 
@@ -121,36 +168,97 @@ def check_double_buffering(ctx: Context) -> Iterator[Hit]:
                   "Remove it" + ("" if old else ", or set NVTE_CPU_OFFLOAD_V1=1 in the job's environment"))
 
 
+@rule("TEX004", "retain-pinned-buffers-transformer-engine", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+          """, version="0.17.1", te="2.8"),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+          """, version="0.17.1", te="2.10"),
+      since="0.17", until="0.17")
 def check_retain_pinned_buffers(ctx: Context) -> Iterator[Hit]:
-    """megatron-core 0.17 with Transformer Engine 2.5-2.9 fails to build any model; retained buffers need TE >= 2.10.
+    """megatron-core 0.17 with Transformer Engine 2.5-2.9 fails to build any model.
 
     What it checks:
-        megatron-core 0.17.x with TE 2.5-2.9, whatever the config; and
-        `cpu_offloading_retain_pinned_cpu_buffers` true with TE < 2.10.
+        megatron-core 0.17.x with TE 2.5-2.9, whatever the config.
 
     Why it matters:
         megatron-core 0.17 passes `retain_pinned_cpu_buffers=` to TE's
         `get_cpu_offload_context` from every `TransformerBlock`; TE 2.5-2.9 has no such
         parameter, so model construction stops with `TypeError` even without offloading
-        (fixed by NVIDIA/Megatron-LM PR #4267 in 0.18). Older and newer TE are fine, but
-        before 2.10 the flag is silently dropped.
+        (fixed by NVIDIA/Megatron-LM PR #4267 in 0.18). Older and newer TE are fine.
 
     Source:
         megatron-core 0.17.1 `TransformerBlock.__init__` / `get_cpu_offload_context`;
         TE 2.5-2.9 signature.
     """
     te = ctx.env.te_version
-    if ctx.version == "0.17.1" and te is not None and (2, 5) <= te <= (2, 9):
-        yield Hit("model.cpu_offloading", f"megatron-core {ctx.version} with Transformer Engine {te[0]}.{te[1]} "
+    if te is not None and (2, 5) <= te <= (2, 9):
+        yield Hit(_LAYER, f"megatron-core {ctx.version} with Transformer Engine {te[0]}.{te[1]} "
                   "fails to build any model: it passes retain_pinned_cpu_buffers= to TE's get_cpu_offload_context, "
                   "which TE 2.5-2.9 does not accept (TypeError), with or without offloading",
                   "Upgrade megatron-core to 0.18 or later, or Transformer Engine to 2.10 or later")
+
+
+@rule("TEX008", "retain-pinned-buffers-needs-transformer-engine-2-10", WARNING,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cpu_offloading_retain_pinned_cpu_buffers: true
+          """, version="0.18.2", te="2.9"),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+            cpu_offloading_retain_pinned_cpu_buffers: true
+          """, version="0.18.2", te="2.10"),
+      since="0.17")
+def check_retain_pinned_buffers_effect(ctx: Context) -> Iterator[Hit]:
+    """`cpu_offloading_retain_pinned_cpu_buffers` does nothing with Transformer Engine before 2.10.
+
+    What it checks:
+        `cpu_offloading_retain_pinned_cpu_buffers` true, with layer-level offloading on and
+        TE < 2.10 (`--te-version`).
+
+    Why it matters:
+        megatron-core passes the flag to TE's `get_cpu_offload_context` (from 0.17), but only
+        TE 2.10 and later act on it: before, the flag is silently dropped. (Until 0.5.0 this
+        was a second finding of TEX004, which is about a different failure.)
+
+    Source:
+        megatron-core `TransformerBlock.__init__` / `get_cpu_offload_context` (>= 0.17);
+        TE `get_cpu_offload_context` signature, by TE version.
+    """
     path = "model.cpu_offloading_retain_pinned_cpu_buffers"
     if ctx.exists(path) and ctx.get(_LAYER) and ctx.get(path) and ctx.te_at_least("2.10") is False:
         yield Hit(path, "cpu_offloading_retain_pinned_cpu_buffers=true has no effect with Transformer Engine < 2.10",
-                  "Upgrade Transformer Engine to 2.10 or later, or remove it", severity=WARNING)
+                  "Upgrade Transformer Engine to 2.10 or later, or remove it")
 
 
+@rule("TEX005", "fine-grained-needs-nvte-cpu-offload-v1", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+          """, te="2.12"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [core_attn]
+          env_vars:
+            NVTE_CPU_OFFLOAD_V1: "1"
+          """, te="2.12"),
+      since="0.16",
+      upstream=(up.A4_NVTE_V1, up.BRIDGE_NVTE_V1))
 def check_nvte_v1(ctx: Context) -> Iterator[Hit]:
     """Fine-grained offloading on Transformer Engine >= 2.10 needs `NVTE_CPU_OFFLOAD_V1=1`.
 
@@ -194,6 +302,21 @@ def check_nvte_v1(ctx: Context) -> Iterator[Hit]:
               f"NVTE_CPU_OFFLOAD_V1 {state}", fix, patch=patch, upstream=ctx.upstream(check), at=(_FINE,))
 
 
+@rule("TEX006", "offload-module-needs-newer-transformer-engine", ERROR,
+      bad=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [expert_fc1]
+            num_moe_experts: 8
+          """, te="2.5"),
+      good=Example("""
+          model:
+            fine_grained_activation_offloading: true
+            offload_modules: [expert_fc1]
+            num_moe_experts: 8
+          """, te="2.6"),
+      since="0.16",
+      upstream=(up.TEX_SAVE_ORIGINAL_INPUT, up.TL_GRAPH_TE))
 def check_module_support(ctx: Context) -> Iterator[Hit]:
     """Offloaded modules that need a newer Transformer Engine (`expert_fc1` 2.6, `fused_group_mlp` 2.14).
 
@@ -229,6 +352,20 @@ def check_module_support(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.TL_GRAPH_TE))
 
 
+@rule("TEX007", "offloading-without-transformer-engine", ERROR,
+      bad=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+          """, te="none"),
+      good=Example("""
+          model:
+            num_layers: 24
+            cpu_offloading: true
+            cpu_offloading_num_layers: 4
+          """, te="2.10"),
+      upstream=(up.TB_NO_TE, up.FGAO_NO_TE))
 def check_transformer_engine_absent(ctx: Context) -> Iterator[Hit]:
     """Both activation-offloading mechanisms need Transformer Engine installed (`--te-version none`).
 
@@ -256,34 +393,4 @@ def check_transformer_engine_absent(ctx: Context) -> Iterator[Hit]:
                   upstream=ctx.upstream(up.FGAO_NO_TE))
 
 
-_ON = "model:\n  num_layers: 24\n  cpu_offloading: true\n  cpu_offloading_num_layers: 4\n"
-_FG = "model:\n  fine_grained_activation_offloading: true\n  offload_modules: [core_attn]\n"
-RULES: tuple[Rule, ...] = (
-    Rule("TEX001", "cpu-offloading-nothing-to-offload", ERROR, check_nothing_to_offload,
-         bad=Example(_ON + "  cpu_offloading_activations: false\n  cpu_offloading_weights: false\n"),
-         good=Example(_ON + "  cpu_offloading_activations: true\n"),
-         reads=(_LAYER, "model.cpu_offloading_activations", "model.cpu_offloading_weights"),
-         upstream=(up.TE_NOTHING_TO_OFFLOAD, up.TE_NOTHING_TO_OFFLOAD_V2)),
-    Rule("TEX002", "cpu-offloading-weights-no-effect", WARNING, check_weights,
-         bad=Example(_ON + "  cpu_offloading_weights: true\n"),
-         good=Example(_ON + "  cpu_offloading_weights: false\n"),
-         reads=(_LAYER, "model.cpu_offloading_weights", "model.cpu_offloading_activations")),
-    Rule("TEX003", "cpu-offloading-double-buffering-ignored", WARNING, check_double_buffering,
-         bad=Example(_ON + "  cpu_offloading_double_buffering: true\n", te="2.12"),
-         good=Example(_ON + "  cpu_offloading_double_buffering: false\n"),
-         reads=(_LAYER, "model.cpu_offloading_double_buffering")),
-    Rule("TEX004", "retain-pinned-buffers-transformer-engine", ERROR, check_retain_pinned_buffers,
-         bad=Example(_ON, version="0.17.1", te="2.8"), good=Example(_ON, version="0.17.1", te="2.10"),
-         reads=(_LAYER, "model.cpu_offloading_retain_pinned_cpu_buffers"), since="0.17"),
-    Rule("TEX005", "fine-grained-needs-nvte-cpu-offload-v1", ERROR, check_nvte_v1,
-         bad=Example(_FG, te="2.12"), good=Example(_FG + "env_vars:\n  NVTE_CPU_OFFLOAD_V1: \"1\"\n", te="2.12"),
-         reads=(_FINE,), since="0.16", upstream=(up.A4_NVTE_V1, up.BRIDGE_NVTE_V1)),
-    Rule("TEX006", "offload-module-needs-newer-transformer-engine", ERROR, check_module_support,
-         bad=Example(_FG.replace("[core_attn]", "[expert_fc1]") + "  num_moe_experts: 8\n", te="2.5"),
-         good=Example(_FG.replace("[core_attn]", "[expert_fc1]") + "  num_moe_experts: 8\n", te="2.6"),
-         reads=(_FINE, "model.offload_modules", "model.cuda_graph_modules"), since="0.16",
-         upstream=(up.TEX_SAVE_ORIGINAL_INPUT, up.TL_GRAPH_TE)),
-    Rule("TEX007", "offloading-without-transformer-engine", ERROR, check_transformer_engine_absent,
-         bad=Example(_ON, te="none"), good=Example(_ON, te="2.10"), reads=(_LAYER, _FINE),
-         upstream=(up.TB_NO_TE, up.FGAO_NO_TE)),
-)
+RULES: tuple[Rule, ...] = declared(__name__)
