@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -62,12 +63,68 @@ def test_16_bit_parameters_step_fp32_masters_exactly_like_fused_adamw() -> None:
     assert optimizer.d2h_bytes > 0 and optimizer.h2d_bytes > 0  # gradients in, parameters out
 
 
-def test_greedy_split_is_megatron_cores_rule() -> None:
-    params = _params()
-    numels = [p.numel() for p in params]
-    for fraction in (0.0, 0.1, 0.3, 0.5, 0.9, 1.0):
-        optimizer = HybridAdamW(params, offload_fraction=fraction)
-        assert [s.host for s in optimizer.segments] == greedy_selection(numels, fraction)
+class _CudaParam:
+    """The part of a CUDA parameter that megatron-core's split reads: its size, ``is_cuda``, and a host copy.
+
+    Lets the real ``HybridDeviceOptimizer._get_sub_optimizer_param_groups`` run on a machine without a GPU.
+    """
+
+    is_cuda = True
+    dtype = torch.float32
+
+    def __init__(self, numel: int) -> None:
+        self._numel = numel
+
+    def numel(self) -> int:
+        return self._numel
+
+    def detach(self) -> _HostCopy:  # the offload path: param.detach().clone().cpu().pin_memory()
+        return _HostCopy(self._numel)
+
+
+class _HostCopy(_CudaParam):
+    is_cuda = False
+
+    def clone(self) -> _HostCopy:
+        return self
+
+    def cpu(self) -> _HostCopy:
+        return self
+
+    def pin_memory(self) -> _HostCopy:
+        return self
+
+
+def _megatron_core_split(numels: list[int], fraction: float) -> list[bool]:
+    """Which tensors the installed megatron-core's ``HybridDeviceOptimizer`` moves to the host, in order.
+
+    Runs upstream's own selection, NVIDIA/Megatron-LM@55ac7082 (core_v0.16.1, the test extra's pin):
+    megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py:251-299, which offloads a CUDA tensor while
+    the elements moved so far are below ``offload_fraction`` of all CUDA elements (:258, :273).
+    """
+    module = pytest.importorskip("megatron.core.optimizer.cpu_offloading.hybrid_optimizer",
+                                 reason="needs megatron-core (the test extra)")
+    params = [_CudaParam(n) for n in numels]
+    optimizer = SimpleNamespace(param_groups=[{"params": params}], param_update_in_fp32=False)
+    _, _, moved, _, _ = module.HybridDeviceOptimizer._get_sub_optimizer_param_groups(optimizer, fraction)
+    return [p in moved for p in params]
+
+
+SPLIT_SIZES = [[p.numel() for p in _params()], [1000, 4000, 3000, 2000, 1000], [1], [5, 5], [3, 1, 4, 1, 5, 9, 2, 6],
+               [10**6, 1, 1, 1], [1, 1, 1, 10**6]]
+
+
+@pytest.mark.parametrize("numels", SPLIT_SIZES, ids=lambda sizes: "-".join(map(str, sizes[:4])))
+def test_greedy_split_is_megatron_cores_rule(numels: list[int]) -> None:
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in numels]
+    # fractions that land on and between prefix boundaries: 0.5 of [5, 5] is exactly the first tensor
+    for fraction in (0.0, 0.1, 0.25, 0.3, 0.5, 0.75, 0.9, 0.999, 1.0):
+        expected = _megatron_core_split(numels, fraction)
+        assert [s.host for s in HybridAdamW(params, offload_fraction=fraction).segments] == expected, fraction
+        assert greedy_selection(numels, fraction) == expected, fraction  # the checker's model of the same rule
+
+
+def test_greedy_split_moves_what_the_documented_example_says() -> None:
     # The documented example (../shared/upstream notes, section 6.1): 10% requested moves 45%.
     sized = [torch.nn.Parameter(torch.zeros(n)) for n in (1000, 4000, 3000, 2000, 1000)]
     moved = sum(s.end - s.start for s in HybridAdamW(sized, offload_fraction=0.1).segments if s.host)

@@ -37,6 +37,7 @@ def _grads(policy: Policy | None) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters()]
 
 
+@pytest.mark.hazard("Event ordering between streams")
 @pytest.mark.parametrize("policy", ["layer", "layer-double-buffered", "fine-grained"])
 def test_cuda_gradients_are_bitwise_equal(policy: str) -> None:
     """Note: [Event ordering between streams]: an unordered copy would corrupt a gradient here."""
@@ -59,6 +60,8 @@ class _Every(Policy):
         return True
 
 
+@pytest.mark.hazard("Keep the source alive until its copy finishes", "Event ordering between streams",
+                    "Pinned pool reuse")
 def test_offload_waits_for_a_slow_producer_and_keeps_its_source() -> None:
     """Note: [Keep the source alive until its copy finishes] and Note: [Event ordering between streams].
 
@@ -83,6 +86,7 @@ def test_offload_waits_for_a_slow_producer_and_keeps_its_source() -> None:
     torch.testing.assert_close(x.grad, reference)
 
 
+@pytest.mark.hazard("Pinned pool reuse")
 def test_reused_host_buffer_waits_for_its_last_reload() -> None:
     """Note: [Pinned pool reuse]: the second step's offload into a buffer is ordered after its reload."""
     device = torch.device("cuda")
@@ -97,6 +101,7 @@ def test_reused_host_buffer_waits_for_its_last_reload() -> None:
     assert buffers and all(b.last_read is not None and b.last_read.query() for b in buffers)
 
 
+@pytest.mark.hazard("Host step waits for its gradients", "Parameters back before the next forward")
 @pytest.mark.parametrize("overlap", [False, True])
 def test_cuda_hybrid_adamw_matches_torch(overlap: bool) -> None:
     """Note: [Host step waits for its gradients] and Note: [Parameters back before the next forward]."""

@@ -1,8 +1,9 @@
 """Synchronisation and lifetime hazards of offloading, each written once here and referred to by name.
 
 Code that depends on a note says ``See Note: [Title]``. tests/test_offload_hazards.py has a regression
-test for every note the CPU can express and a CUDA test (skipped without a GPU) for the rest, and
-checks that every note is defined once here and referred to where it matters.
+test for every note the CPU can express and tests/test_offload_cuda.py a CUDA test (skipped without a
+GPU) for the rest, each marked ``@pytest.mark.hazard("Title")``; tests/test_hazard_notes.py checks that
+every note is defined once here, referred to where it matters, and named by a marked test.
 
 Note: [Event ordering between streams]
     Copies run on side streams (``d2h`` for offload, ``h2d`` for reload) so they overlap compute. Three
