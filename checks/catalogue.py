@@ -1,4 +1,4 @@
-"""Rule documentation: ``rules``, ``explain`` and the generated ``reference/rules.md``.
+"""Config-rule documentation: ``rules``, ``explain`` and the config rules' part of ``reference/rules.md``.
 
 Everything here is derived from the registry and from running each rule's own
 bad and good examples through the real loaders, so the documentation cannot
@@ -144,7 +144,7 @@ class _Documented(Protocol):
 _R = TypeVar("_R", bound=_Documented)
 
 
-def _index_markdown(rules: Sequence[_R], explain: Callable[[_R], str]) -> list[str]:
+def index_markdown(rules: Sequence[_R], explain: Callable[[_R], str]) -> list[str]:
     """A table of the rules, then each rule's explanation under its own heading (the table links to them)."""
     out = ["| id | severity | name | summary |", "|---|---|---|---|"]
     out += [f"| [{r.id}](#{r.id.lower()}) | {r.severity} | {r.name} | {r.summary.replace('|', '/')} |"
@@ -154,25 +154,19 @@ def _index_markdown(rules: Sequence[_R], explain: Callable[[_R], str]) -> list[s
     return out
 
 
-def rules_markdown() -> str:
-    """``reference/rules.md``: the whole catalogue, generated (``python -m checks rules --format markdown``)."""
+def config_rules_markdown() -> list[str]:
+    """The config rules' part of ``reference/rules.md``: their index and explanations, then the upstream checks
+    no rule reports. ``checks/docs.py`` adds the lint rules (this module does not import the linter)."""
     out = ["# Rule catalogue", "",
            "Generated from the rule registry by `python -m checks rules --format markdown`; "
            "`tests/test_docs.py` fails when this file is stale.", "",
-           *_index_markdown(ALL_RULES, explain_text)]
+           *index_markdown(ALL_RULES, explain_text)]
     out += ["", "## Upstream checks without a rule", "",
             "Every offload-related raise, assert and warning of the covered releases backs a rule above, or is "
             "listed here with the reason a static config check does not report it.", "",
             "| project | where | message | why no rule |", "|---|---|---|---|"]
     out += [f"| {o.project} | {o.where} | {o.message.replace('|', '/')} | {o.reason} |" for o in OUT_OF_SCOPE]
-    from checks.lint import LINT_RULES
-    from checks.lint.docs import explain_lint_text
-
-    out += ["", "# Lint rules", "",
-            "`python -m checks lint` checks the skill itself (`SKILL.md`, `card.yaml`, `CHANGELOG.md`, "
-            "`evals/evals.json`), with the same output formats and exit codes as `check`.", "",
-            *_index_markdown(LINT_RULES, explain_lint_text)]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def offload_fields() -> list[tuple[str, str]]:

@@ -1,10 +1,12 @@
 """The canonical config: what every loader produces and the only thing rules read.
 
-Keys are megatron-core field names grouped into four sections (``model``,
-``optimizer``, ``ddp``, ``env``) and written as dotted paths,
-``"model.cpu_offloading"``. Every value the user gave is a :class:`Setting`
-that remembers where it came from, so a finding can point at the line to edit
-and a patch can be written back in the input's own spelling.
+Keys are grouped into the five :data:`SECTIONS` and written as dotted paths,
+``"model.cpu_offloading"``: megatron-core field names (``model``, ``optimizer``,
+``ddp``), environment variables (``env``) and what the front ends hold beyond
+megatron-core's dataclasses (``run``, each key declared in :data:`RUN_KEYS`).
+Every value the user gave is a :class:`Setting` that remembers where it came
+from, so a finding can point at the line to edit and a patch can be written back
+in the input's own spelling.
 """
 
 from __future__ import annotations
@@ -13,6 +15,60 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
+
+# What each section holds. ``model``, ``optimizer`` and ``ddp`` are checked against the megatron-core version's
+# dataclass fields (checks/data/mcore_fields.json); ``env`` and ``run`` are not dataclasses: any name is a path.
+SECTIONS: Mapping[str, str] = {
+    "model": "TransformerConfig and ModelParallelConfig fields (megatron-core)",
+    "optimizer": "OptimizerConfig fields (megatron-core)",
+    "ddp": "DistributedDataParallelConfig fields (megatron-core)",
+    "env": "environment variables of the launch: a config's env_vars, a launch script's exports, --env",
+    "run": "the job beyond megatron-core's dataclasses: training loop, cluster, model-provider fields (RUN_KEYS)",
+}
+
+# Every run.* key a loader writes and a rule or the planner reads: which input key it comes from, and what it
+# means. A Megatron-LM flag that sets no megatron-core field is kept as run.<its argparse dest> too
+# (checks/loaders/megatron_lm.py), and only the dests listed here are read. tests/test_imports.py fails on a
+# run.* path the code names that this table does not declare.
+RUN_KEYS: Mapping[str, str] = {
+    "model_name": "the Hugging Face checkpoint the model loads (NeMo-RL policy.model_name, a Bridge recipe's "
+                  "hf_model); the planner sizes the model from it",
+    "seq_length": "tokens per sample (Bridge model.seq_length, NeMo-RL policy.max_total_sequence_length, "
+                  "--seq-length)",
+    "micro_batch_size": "samples per micro-batch per data-parallel rank (Bridge train.micro_batch_size, NeMo-RL "
+                        "policy.train_micro_batch_size, --micro-batch-size)",
+    "global_batch_size": "samples per step over all data-parallel ranks (Bridge train.global_batch_size, NeMo-RL "
+                         "policy.train_global_batch_size, --global-batch-size)",
+    "num_nodes": "nodes of the job (NeMo-RL cluster.num_nodes)",
+    "gpus_per_node": "GPUs per node (NeMo-RL cluster.gpus_per_node)",
+    "skip_train": "evaluation only, no training step (Bridge train.skip_train, --skip-train)",
+    "rampup_batch_size": "the global batch grows over the first steps (Bridge train.rampup_batch_size, "
+                         "--rampup-batch-size)",
+    "use_megatron_fsdp": "Megatron-FSDP shards parameters, gradients and optimizer state (Bridge "
+                         "dist.use_megatron_fsdp or ddp.use_megatron_fsdp, --use-megatron-fsdp)",
+    "megatron_fsdp_version": "which Megatron-FSDP Bridge builds (Bridge's own ddp.megatron_fsdp_version)",
+    "vocab_size": "the tokenizer's vocabulary (a GPTModelProvider field, --vocab-size, the model catalogue)",
+    "should_pad_vocab": "whether the vocabulary is padded to make_vocab_size_divisible_by (GPTModelProvider)",
+    "make_vocab_size_divisible_by": "the padding multiple of the vocabulary (GPTModelProvider, "
+                                    "--make-vocab-size-divisible-by)",
+    "share_embeddings_and_output_weights": "tied input embedding and output layer (GPTModelProvider, the model "
+                                           "catalogue)",
+    "untie_embeddings_and_output_weights": "separate input embedding and output layer "
+                                           "(--untie-embeddings-and-output-weights)",
+    "position_embedding_type": "learned_absolute, rope, ... (GPTModelProvider, --position-embedding-type)",
+    "max_position_embeddings": "rows of a learned position embedding (--max-position-embeddings)",
+    "num_query_groups": "--num-query-groups without --group-query-attention, which megatron-core never sees",
+    "mla_down_proj_fusion": "an MLATransformerConfig field: attention's input norm fused into the down "
+                            "projection (rule FGA014)",
+    "grad_reduce_in_bf16": "gradients reduced in bf16 rather than fp32 (--grad-reduce-in-bf16)",
+    "rl_offload_optimizer_during_inference": "Megatron-LM RL moves the optimizer state to the host while it "
+                                             "generates (--rl-offload-optimizer-during-inference)",
+}
+
+# How a loader derived a value rather than read it (Origin.derived): rules test these codes, never a note's
+# wording. CLEARED_WITH_SWITCH: the front end empties a list because its switch is off (NeMo-RL replaces
+# offload_modules with [] when fine_grained_activation_offloading is false).
+CLEARED_WITH_SWITCH = "cleared_with_switch"
 
 
 @dataclass(frozen=True)
@@ -23,7 +79,8 @@ class Origin:
     line: int | None = None  # 1-based
     arg: str | None = None  # command-line position: "--set #2", "argv[5]"
     key: str = ""  # the key as spelled in the input
-    note: str = ""  # how the value was derived, when it was not written as such
+    note: str = ""  # how the value was derived, when it was not written as such (for the reader)
+    derived: str = ""  # the same as a code rules test, e.g. CLEARED_WITH_SWITCH; "" when not derived so
 
     def describe(self) -> str:
         """``file:line``, ``file``, ``--set #2`` or ``argv[5]``, for text output."""

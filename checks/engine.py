@@ -18,6 +18,7 @@ from typing import Any
 from checks.anchors import STAGE_OPTIMIZER, Upstream
 from checks.config import CanonicalConfig, Origin, Setting
 from checks.context import Context, Unreadable
+from checks.fixes import unsafe_paths
 from checks.rules import ALL_RULES
 from checks.rules.base import Hit, Rule
 
@@ -37,6 +38,12 @@ class Finding:
     patch: dict[str, Any] | None
     paths: tuple[str, ...] = ()  # every path it is about, when several
     partial: str = ""  # when the patch alone does not fix the finding: what else is needed
+    unsafe_paths: tuple[str, ...] = ()  # canonical paths the patch sets beyond offload knobs (checks.fixes)
+
+    @property
+    def safe(self) -> bool:
+        """Whether the patch changes only offload settings (checks/fixes.py), not the job's layout or math."""
+        return not self.unsafe_paths
 
 
 def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -> list[Finding]:
@@ -64,7 +71,7 @@ def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -
             if finding.patch:  # a patch the input can write: does it fix the finding?
                 finding = replace(finding, partial=_trial(cfg, first, rule, hit, errors))
                 if not finding.partial:
-                    ctx.record_patch(rule.id, hit.patch or {}, finding.patch)
+                    ctx.record_patch(rule.id, hit.patch or {}, finding.patch or {})
             findings.append(finding)
         findings.extend(_finding(rule, hit, ctx) for rule, hit in _hits(ctx, last))
     return sorted(findings, key=_order)
@@ -216,8 +223,9 @@ def _reached(rule: Rule, hit: Hit, cfg: CanonicalConfig) -> bool:
 def _finding(rule: Rule, hit: Hit, ctx: Context) -> Finding:
     origin = hit.origin or _locate(ctx, (hit.path, *hit.at))
     patch = ctx.cfg.spelling.patch(hit.patch) if hit.patch else None
+    unsafe = unsafe_paths(hit.patch or {}) if patch else ()
     return Finding(rule.id, hit.severity or rule.severity, ctx.cfg.target, hit.path, origin, hit.message, hit.fix,
-                   hit.upstream, patch or None, hit.paths)
+                   hit.upstream, patch or None, hit.paths, unsafe_paths=unsafe)
 
 
 def _locate(ctx: Context, paths: Sequence[str]) -> Origin | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from checks.config import Environment, Origin
 from checks.engine import Finding
+from checks.fixes import describe
 from checks.jsonio import dumps
 
 
@@ -77,6 +78,9 @@ def finding_json(f: Finding) -> dict[str, Any]:
     }
     if f.patch:
         out["patch"] = f.patch
+        out["safe"] = f.safe
+        if not f.safe:
+            out["unsafe_paths"] = list(f.unsafe_paths)
     if f.partial:
         out["partial"] = f.partial
     if f.paths:
@@ -115,6 +119,9 @@ def _where(origin: Origin | None, inputs: Sequence[str]) -> str:
 def _finding_lines(f: Finding, inputs: Sequence[str]) -> list[str]:
     target = f"[{f.target}] " if f.target else ""
     lines = [f"{_where(f.origin, inputs)}: {f.severity.upper()} {f.rule} {target}{f.message}", f"    fix: {f.fix}"]
+    if f.patch and not f.safe:
+        lines.append(f"    unsafe fix: {describe(f.unsafe_paths)} (--emit-overrides leaves it out unless "
+                     "--all-fixes)")
     if f.upstream is not None:
         # one line per finding part: a multi-line message (Hydra's) shows its line breaks as \n
         quoted = '"{}"'.format(f.upstream.message.replace("\n", "\\n")) if f.upstream.message is not None \

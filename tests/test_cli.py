@@ -39,6 +39,8 @@ def test_text_output_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         "needs PP=1",
         "    fix: Set pipeline_model_parallel_size to 1 or keep PP and switch to fine-grained offloading "
         "(cpu_offloading=false, fine_grained_activation_offloading=true, offload_modules=[core_attn, attn_proj])",
+        "    unsafe fix: changes the job's layout and parallelism: model.pipeline_model_parallel_size "
+        "(--emit-overrides leaves it out unless --all-fixes)",
         '    upstream: megatron-core "Currently there is no support for Pipeline parallelism with CPU offloading" '
         "at NVIDIA/Megatron-LM@55ac7082:megatron/core/transformer/transformer_config.py:1145",
         f"{path}:7: ERROR OPT001 optimizer_cpu_offload=true but optimizer_offload_fraction is left at its default "
@@ -72,6 +74,7 @@ def test_json_output_is_the_documented_contract(tmp_path: Path, capsys: pytest.C
                      "message": "Currently there is no support for Pipeline parallelism with CPU offloading",
                      "anchor": "NVIDIA/Megatron-LM@55ac7082:megatron/core/transformer/transformer_config.py:1145"},
         "patch": {"model.pipeline_model_parallel_size": 1},
+        "safe": False, "unsafe_paths": ["model.pipeline_model_parallel_size"],  # a layout change (checks/fixes.py)
     }
     assert document["findings"][1]["upstream"] is None  # OPT001 goes beyond megatron-core
 
@@ -159,7 +162,9 @@ def test_strict_fails_on_warnings(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_emit_overrides_for_each_flavor(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_broken.yaml"), "--emit-overrides")
+    # --all-fixes: the PP and recompute fixes change the job, and are left out without it (tests/test_fix_safety.py)
+    code, out, _ = run(capsys, "check", str(EXAMPLES / "bridge/run_config_broken.yaml"), "--emit-overrides",
+                       "--all-fixes")
     assert code == 1
     *lines, partial = out.splitlines()
     assert lines == ["model.cpu_offloading_num_layers=30", "model.pipeline_model_parallel_size=1",
@@ -171,7 +176,8 @@ def test_emit_overrides_for_each_flavor(capsys: pytest.CaptureFixture[str]) -> N
     assert out.splitlines() == ["++policy.megatron_cfg.env_vars.NVTE_CPU_OFFLOAD_V1='1'",
                                 "policy.megatron_cfg.offload_modules=[core_attn,attn_proj]",
                                 "policy.megatron_cfg.optimizer.optimizer_offload_fraction=1.0"]
-    code, out, _ = run(capsys, "check", str(EXAMPLES / "megatron-lm/pretrain_gpt_offload.sh"), "--emit-overrides")
+    code, out, _ = run(capsys, "check", str(EXAMPLES / "megatron-lm/pretrain_gpt_offload.sh"), "--emit-overrides",
+                       "--all-fixes")
     assert out.splitlines() == ["# remove --recompute-activations", "--use-precision-aware-optimizer"]
 
 
@@ -250,3 +256,21 @@ def test_examples_command_passes(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "examples")
     assert code == 0
     assert out.rstrip().splitlines()[-1].endswith("examples gave the expected findings")
+
+
+def test_explain_takes_config_and_lint_rules_together(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "explain", "evl006", "ACT008")
+    first, second = out.split("\n\nACT008 ", 1)  # in the order given, a blank line apart
+    assert code == 0 and first.startswith("EVL006 evals-scripts-run (error)\n")
+    assert "Applies to: python -m checks lint" in first and second.startswith("cpu-offloading-last-layer (warning)")
+
+
+def test_the_parser_is_public_and_runs_nothing() -> None:
+    """checks.parser is what the eval linter (EVL006) asks whether a command line is accepted."""
+    from checks.parser import build_parser, split_command
+
+    words, command = split_command(["plan", "--gpus", "8", "--", "torchrun", "run.py", "--config", "a b.yaml"])
+    assert (words, command) == (["plan", "--gpus", "8"], "torchrun run.py --config 'a b.yaml'")
+    args = build_parser().parse_args(words)
+    assert (args.command, args.gpus, args.hardware) == ("plan", 8, "h100-sxm")
+    assert split_command(["explain", "--", "x"]) == (["explain", "--", "x"], None)  # only check and plan take one

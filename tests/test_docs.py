@@ -7,7 +7,8 @@ import re
 import pytest
 from conftest import ROOT
 
-from checks.catalogue import parameters_markdown, rules_markdown
+from checks.catalogue import parameters_markdown
+from checks.docs import rules_markdown
 
 
 def test_rules_reference_is_current() -> None:

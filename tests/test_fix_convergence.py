@@ -6,9 +6,10 @@ offload fields) with further settings the rules read (layer implementation, CUDA
 dtypes, Transformer Engine version, NVTE_CPU_OFFLOAD_V1, ...), written as a Bridge override set, a NeMo-RL
 YAML file and a Megatron-LM command line; and, with ``OFFLOAD_CHECK_DEEP=1``, pairs of bad examples.
 
-For each, in up to three rounds: check it, take ``--emit-overrides``' text exactly as printed (the CLI's own
-``_overrides``), apply it back (Hydra overrides after the others for YAML; flags replaced, appended or, for
-``# remove --flag``, deleted on a command line), and check again. Every finding whose patch was printed is
+For each, in up to three rounds: check it, take ``--emit-overrides --all-fixes``' text exactly as printed (the
+CLI's own ``_overrides``; every fix, those that change the job beyond offloading too), apply it back (Hydra
+overrides after the others for YAML; flags replaced, appended or, for ``# remove --flag``, deleted on a command
+line), and check again. Every finding whose patch was printed is
 gone, no error appears that was not there, and the config reaches a fixed point (nothing left to print but
 comments). A patch that cannot fix alone is printed as a ``# partial`` comment and says what else it needs;
 patches that disagree are a ``# conflict`` comment and a CFG011 finding.
@@ -120,7 +121,7 @@ def converge(case: Case) -> list[str]:
     COUNTS[f"{case.flavor} {case.version}"] += 1
     COUNTS["patched" if any(f.patch for f in findings) else "nothing to patch"] += 1
     for round_ in range(1, ROUNDS + 1):
-        printed = _overrides(configs, findings)
+        printed = _overrides(configs, findings, all_fixes=True)
         actions = [line for line in printed.splitlines() if line and not line.startswith(("# partial", "# conflict"))]
         conflicts = {line.split(" on ", 1)[1].split(", choose", 1)[0] for line in printed.splitlines()
                      if line.startswith("# conflict")}
@@ -149,7 +150,7 @@ def converge(case: Case) -> list[str]:
                 problems.append(f"round {round_}: applying {actions} brings {f.rule}: {f.message!r}")
         if problems:
             return problems
-    leftover = [line for line in _overrides(configs, findings).splitlines()
+    leftover = [line for line in _overrides(configs, findings, all_fixes=True).splitlines()
                 if line and not line.startswith(("# partial", "# conflict"))]
     if leftover:
         problems.append(f"no fixed point after {ROUNDS} rounds: still prints {leftover}")

@@ -239,6 +239,12 @@ def test_bad_documents_are_refused() -> None:
         "empty paths": ("check", _edited(check, lambda d: d["findings"][i].update(paths=[]))),
         "partial without a patch": ("check", _edited(check, lambda d: d["findings"][i].pop("patch") and d[
             "findings"][i].update(partial="needs more"))),
+        "patch without safe": ("check", _edited(check, lambda d: d["findings"][i].pop("safe"))),
+        "unsafe patch without its paths": ("check", _edited(check, lambda d: d["findings"][i].update(
+            safe=False) or d["findings"][i].pop("unsafe_paths", None))),
+        "safe patch with unsafe paths": ("check", _edited(check, lambda d: d["findings"][i].update(
+            safe=True, unsafe_paths=[key]))),
+        "safe without a patch": ("check", _edited(check, lambda d: d["findings"][i].pop("patch"))),
         "location of nothing": ("check", _edited(check, lambda d: d["findings"][i].update(
             location={"file": None, "line": None, "arg": None}))),
         "count not an integer": ("check", _edited(check, lambda d: d["summary"].update(error=1.5))),

@@ -150,18 +150,72 @@ def test_offload_costs_what_crosses_the_link_and_the_host_step() -> None:
     assert cost.optimizer_offload_s == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("name", PRESETS)
-def test_every_preset_plans(name: str) -> None:
-    preset = PRESETS[name]
-    t = Training(preset.shape, preset.parallelism, data_parallel=8, seq_length=preset.seq_length,
-                 global_batch_size=64, sequence_parallel=preset.parallelism.tensor > 1, precision_aware_optimizer=True)
+def _as_config(t: Training) -> tuple[dict[str, object], str | None]:
+    """The job as the checker's canonical settings, written out here rather than taken from the planner."""
+    values: dict[str, object] = {"model.num_layers": t.shape.num_layers, "model.bf16": True,
+                                 "model.tensor_model_parallel_size": t.par.tensor,
+                                 "model.pipeline_model_parallel_size": t.par.pipeline,
+                                 "model.sequence_parallel": t.sequence_parallel}
+    if t.shape.moe is not None:
+        values["model.num_moe_experts"] = t.shape.moe.num_experts
+    if t.recompute != "none":
+        values["model.recompute_granularity"] = t.recompute
+    # ACT009 knows a hybrid stack by its Bridge provider (Megatron-Bridge@067f987d:src/megatron/bridge/models/
+    # mamba/mamba_provider.py:29).
+    return values, "megatron.bridge.models.mamba.mamba_provider.MambaModelProvider" if t.shape.hybrid else None
+
+
+_OPTIMIZER = {"optimizer_cpu_offload", "optimizer_offload_fraction", "use_precision_aware_optimizer",
+              "use_distributed_optimizer"}
+
+
+def _jobs() -> list[tuple[str, Training]]:
+    jobs = []
+    for name, preset in PRESETS.items():
+        t = Training(preset.shape, preset.parallelism, data_parallel=8, seq_length=preset.seq_length,
+                     global_batch_size=64, sequence_parallel=preset.parallelism.tensor > 1,
+                     precision_aware_optimizer=True)
+        jobs += [(name, t), (f"{name}-selective", replace(t, recompute="selective")),
+                 (f"{name}-long", replace(t, seq_length=4 * preset.seq_length))]
+    return jobs
+
+
+@pytest.mark.parametrize("name,t", _jobs(), ids=[name for name, _ in _jobs()])
+def test_every_option_the_planner_offers_passes_the_checker(name: str, t: Training) -> None:
+    """Each option, set on the job, draws no error and no warning from the checker that the job alone does not
+    draw; a finding about the launch environment (TEX005's NVTE_CPU_OFFLOAD_V1) is named in the option's note."""
+    from checks.api import validate
+
     rec = recommend(t, Budget(HARDWARE["h100-sxm"]))
-    assert rec.baseline and rec.verdict
-    # The checker's rules hold for what the planner proposes: no layer-level offload where it is refused
-    # (ACT002, ACT003) or would offload nothing (ACT009, hybrid Mamba stacks).
-    layer_level = [o for o in rec.options if o.mechanism == "layer-level activation offload"]
-    if preset.parallelism.pipeline > 1 or preset.shape.hybrid is not None:
-        assert not layer_level
+    assert rec.verdict and rec.options
+    job, model_class = _as_config(t)
+    before = {(f.rule, f.path) for f in validate(job, version=t.version, model_class=model_class)}
+    for option in rec.options:
+        values = {**job, **{(f"optimizer.{k}" if k in _OPTIMIZER else f"model.{k}"): v
+                            for k, v in option.settings.items()}}
+        found = [f for f in validate(values, version=t.version, model_class=model_class)
+                 if f.severity in ("error", "warning") and (f.rule, f.path) not in before]
+        assert [f"{f.rule}: {f.message}" for f in found if not f.path.startswith("env.")] == [], option.mechanism
+        for finding in (f for f in found if f.path.startswith("env.")):
+            assert finding.rule in option.note and finding.path.removeprefix("env.") in option.note
+
+
+def test_the_planner_offers_no_layer_count_the_checker_warns_about() -> None:
+    """ACT008 warns at num_layers - 1; where only that count would fit, the layer-level option stops below it."""
+    t = Training(PRESETS["llama3-8b"].shape, Parallelism(), data_parallel=8, seq_length=16384, global_batch_size=64,
+                 precision_aware_optimizer=True)
+    rec = recommend(t, Budget(HARDWARE["h100-sxm"]))
+    layer = next(o for o in rec.options if o.mechanism == "layer-level activation offload")
+    assert layer.settings["cpu_offloading_num_layers"] == t.shape.num_layers - 2
+    deep = stage_memory(t, 0, Offload(cpu_offloading_num_layers=t.shape.num_layers - 1))
+    assert deep.device_bytes <= Budget(HARDWARE["h100-sxm"]).device_bytes  # the count it left out would fit
+
+
+def test_a_preset_step_fills_every_presets_pipeline() -> None:
+    from checks.plan.setup import PRESET_MICROBATCHES_PER_STEP
+
+    # Fewer micro-batches than stages would leave stages idle (1F1B keeps PP micro-batches in flight).
+    assert max(p.parallelism.pipeline for p in PRESETS.values()) <= PRESET_MICROBATCHES_PER_STEP
 
 
 # --- the command ------------------------------------------------------------------------------------
@@ -264,3 +318,39 @@ def test_host_memory_per_node_counts_only_the_jobs_gpus_on_it() -> None:
     assert one > 0
     assert host_per_node(stages, hw, world_size=1) == one
     assert host_per_node(stages, hw, world_size=64) == one * hw.gpus_per_node
+
+
+def test_gpus_replace_the_assumed_data_parallel_size_and_keep_a_presets_step(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from checks.plan.setup import PRESET_MICROBATCHES_PER_STEP
+
+    _, out, _ = run(capsys, "--preset", "llama3-8b", "--format", "json")
+    document = json.loads(out)
+    assert any("data-parallel size 1 (the smallest the layout allows; set --gpus)" in a
+               for a in document["assumptions"])
+    _, out, _ = run(capsys, "--preset", "llama3-8b", "--gpus", "16", "--micro-batch-size", "2", "--format", "json")
+    document = json.loads(out)
+    assert not any("data-parallel size" in a for a in document["assumptions"])
+    assert document["training"]["num_microbatches"] == PRESET_MICROBATCHES_PER_STEP
+    # A config states its global batch: more GPUs give fewer micro-batches per step, not a bigger batch.
+    config = str(EXAMPLES / "bridge/run_config_clean.yaml")
+    steps = [json.loads(run(capsys, config, "--gpus", gpus, "--format", "json")[1])["training"]["num_microbatches"]
+             for gpus in ("16", "32")]
+    assert steps[0] == 2 * steps[1]
+
+
+def test_the_verdict_is_the_plans_and_the_renderers_only_print_it() -> None:
+    from checks.plan import render
+    from checks.plan.job import DOES_NOT_FIT, FITS, FITS_WITH_CHANGE, Dimensions, Plan, plan_preset
+
+    budget = Budget(HARDWARE["h100-sxm"])
+    fits = plan_preset(PRESETS["llama3-70b"], Dimensions(gpus=64), budget)
+    change = plan_preset(PRESETS["llama3-8b"], Dimensions(gpus=8), budget)
+    assert (fits.status, fits.exit_code, change.status, change.exit_code) == (FITS, 0, FITS_WITH_CHANGE, 1)
+    assert json.loads(render.render_json_all(change))["status"] == FITS_WITH_CHANGE
+    both = Plan((*fits.entries, *change.entries))
+    assert both.status == FITS_WITH_CHANGE and both.exit_code == 1
+    assert render.render_text_all(both).endswith("(overall: fits with change)")
+    tiny = plan_preset(PRESETS["llama3-70b"], Dimensions(gpus=32), replace(budget, hardware=replace(
+        HARDWARE["h100-sxm"], gpu_memory_bytes=2**30)))
+    assert tiny.status == DOES_NOT_FIT and Plan((*change.entries, *tiny.entries)).status == DOES_NOT_FIT

@@ -26,7 +26,7 @@ def lint(root: Path, rules: tuple[LintRule, ...] = LINT_RULES) -> list[Finding]:
         raise InputError(str(root), "is not a directory")
     if not (root / "SKILL.md").is_file():
         raise InputError(str(root), "has no SKILL.md: not a skill directory (give the skill's root)")
-    documents = Skill(root)
+    documents = Skill(root, lint_rule_ids=frozenset(BY_ID))
     findings = []
     for rule in rules:
         for hit in rule.check(documents):

@@ -78,6 +78,7 @@ class Skill:
 
     root: Path
     errors: dict[str, LintHit] = field(default_factory=dict)  # file -> why it could not be read
+    lint_rule_ids: frozenset[str] = frozenset()  # every lint rule's id, for the rules that check rule ids
     _artifacts: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     def _read(self, name: str) -> str | None:

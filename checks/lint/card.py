@@ -198,7 +198,7 @@ def check_interactions(skill: Skill) -> Iterator[LintHit]:
     interactions = card.data.get("interactions") if card is not None and isinstance(card.data, dict) else None
     if not isinstance(interactions, dict):
         return
-    known = rule_ids()
+    known = rule_ids(skill.lint_rule_ids)
     for kind, items in interactions.items():
         for index, item in enumerate(items if isinstance(items, list) else ()):
             if isinstance(item, dict) and item.get("rule") not in known:

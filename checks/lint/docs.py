@@ -1,4 +1,4 @@
-"""Lint-rule documentation for ``explain`` and the generated ``reference/rules.md`` (``checks/catalogue.py``)."""
+"""Lint-rule documentation for ``explain`` and the generated ``reference/rules.md`` (composed in ``checks/docs.py``)."""
 
 from __future__ import annotations
 

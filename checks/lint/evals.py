@@ -91,14 +91,14 @@ def check_expected_skill(skill: Skill) -> Iterator[LintHit]:
 
 def check_scripts(skill: Skill) -> Iterator[LintHit]:
     """Every ``expected_script`` is a command the CLI accepts, and every file it names exists."""
-    from checks.cli import _parser, _split_command
+    from checks.parser import build_parser, split_command
 
     for index, task in enumerate(_tasks(skill)):
         script = task.get("expected_script")
         if not isinstance(script, str) or not script.startswith("python -m checks "):
             continue
         try:
-            words, _ = _split_command(shlex.split(script)[3:])  # the words after `--` are a launch command
+            words, _ = split_command(shlex.split(script)[3:])  # the words after `--` are a launch command
         except ValueError as err:
             yield LintHit(EVALS_FILE, _line(skill, index), f"[{index}].expected_script", f"{script!r} cannot be "
                           f"split into words: {err}", "Fix the quoting")
@@ -106,7 +106,7 @@ def check_scripts(skill: Skill) -> Iterator[LintHit]:
         stderr = io.StringIO()
         try:
             with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-                args = _parser().parse_args(words)
+                args = build_parser().parse_args(words)
         except SystemExit:
             problem = " ".join(stderr.getvalue().split()) or "refused"
             yield LintHit(EVALS_FILE, _line(skill, index), f"[{index}].expected_script", f"{script!r}: the CLI "
@@ -120,7 +120,7 @@ def check_scripts(skill: Skill) -> Iterator[LintHit]:
 
 def check_rule_ids(skill: Skill) -> Iterator[LintHit]:
     """Every rule id a task mentions exists."""
-    known = rule_ids()
+    known = rule_ids(skill.lint_rule_ids)
     for index, task in enumerate(_tasks(skill)):
         for rule_id in sorted(set(re.findall(r"\b[A-Z]{3}\d{3}\b", json.dumps(task)))):
             if rule_id not in known:

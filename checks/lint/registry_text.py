@@ -19,11 +19,15 @@ MEGATRON_LM = "NVIDIA/Megatron-LM"
 NEMO_RL = "NVIDIA-NeMo/RL"
 
 
-@lru_cache(maxsize=1)
-def rule_ids() -> frozenset[str]:
-    from checks.lint import LINT_RULES
+def rule_ids(lint_ids: frozenset[str]) -> frozenset[str]:
+    """Every rule id: the config rules' and ``lint_ids``, the lint rules' (the linter passes them in, through
+    :attr:`Skill.lint_rule_ids`: the modules that define lint rules cannot import the list of them)."""
+    return _config_rule_ids() | lint_ids
 
-    return frozenset(r.id for r in ALL_RULES) | frozenset(r.id for r in LINT_RULES)
+
+@lru_cache(maxsize=1)
+def _config_rule_ids() -> frozenset[str]:
+    return frozenset(r.id for r in ALL_RULES)
 
 
 @lru_cache(maxsize=1)

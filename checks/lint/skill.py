@@ -173,7 +173,7 @@ def check_sections(skill: Skill) -> Iterator[LintHit]:
 
 def check_rule_ids(skill: Skill) -> Iterator[LintHit]:
     """Every rule id named in SKILL.md, README.md or ``reference/*.md`` exists (config or lint rule)."""
-    known = rule_ids()
+    known = rule_ids(skill.lint_rule_ids)
     for path in _markdown_files(skill.root):
         rel = path.relative_to(skill.root).as_posix()
         try:

@@ -22,7 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.config import CanonicalConfig, Ignored, Origin, Rejected, Setting, Unknown, Unrecognised
+from checks.config import (
+    CLEARED_WITH_SWITCH,
+    CanonicalConfig,
+    Ignored,
+    Origin,
+    Rejected,
+    Setting,
+    Unknown,
+    Unrecognised,
+)
 from checks.errors import InputError
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
@@ -527,9 +536,9 @@ class _Mapper:
         self.rejected: list[Rejected] = []
         self.derived: set[str] = set()  # paths whose value NeMo-RL derives rather than the user writes
 
-    def derive(self, path: str, value: Any, source: Setting, note: str) -> None:
+    def derive(self, path: str, value: Any, source: Setting, note: str, derived: str = "") -> None:
         o = source.origin
-        self.settings[path] = Setting(value, Origin(o.file, o.line, o.arg, o.key, note))
+        self.settings[path] = Setting(value, Origin(o.file, o.line, o.arg, o.key, note, derived))
         if note:
             self.derived.add(path)
 
@@ -598,7 +607,7 @@ class _Mapper:
         self.settings["model.fine_grained_activation_offloading"] = switch
         if switch.value is False:
             self.derive("model.offload_modules", [], switch, "NeMo-RL clears offload_modules when "
-                        "fine_grained_activation_offloading is false")
+                        "fine_grained_activation_offloading is false", CLEARED_WITH_SWITCH)
             if isinstance(modules, Setting) and modules.value:
                 self.ignored.append(Ignored("model.offload_modules", modules,
                                             "NeMo-RL replaces it with [] because "

@@ -10,9 +10,10 @@ its own job, labelled with its ``target``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from checks.config import Environment
 from checks.context import Context
 from checks.errors import InputError
 from checks.loaders.checkpoint import CATALOGUE
@@ -22,14 +23,35 @@ from checks.plan.presets import PRESETS, Preset, preset_for_model_name
 
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
+# A preset states a model and its parallel layout, not a global batch: the planner assumes this many micro-batches
+# per data-parallel rank per step (enough to fill the pipeline of every preset, whose largest PP is 8), and says so.
+PRESET_MICROBATCHES_PER_STEP = 8
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """What the planner assumed, and about which input: ``about`` names the option that replaces it."""
+
+    text: str
+    about: str = ""  # "data_parallel": the GPU count (--gpus) replaces it; "": nothing does
+
+
+DATA_PARALLEL = "data_parallel"
+
 
 @dataclass(frozen=True)
 class Job:
     training: Training
     offload: Offload  # what the config already asks for
     source: str  # "preset llama3-8b", "config", "config (model from preset qwen3-30b-a3b)"
-    assumptions: tuple[str, ...] = ()
+    assumptions: tuple[Assumption, ...] = ()
     target: str | None = None  # the NeMo-RL model it is ("policy", "value", "teacher", ...), else None
+    # What the checker is told about the job's environment when the planner asks it about an option: the
+    # variables it is launched with (the config's env_vars and --env) and the Transformer Engine version.
+    environment: Environment = field(default_factory=Environment)
+    # A preset's step is PRESET_MICROBATCHES_PER_STEP micro-batches per data-parallel rank, so its global batch
+    # grows with the data-parallel size; a config's is the size it states.
+    batch_per_rank: bool = False
 
 
 def default_data_parallel(par: Parallelism, cp: int = 1) -> int:
@@ -44,12 +66,13 @@ def from_preset(preset: Preset, data_parallel: int | None = None, **overrides: A
     dp = data_parallel or default_data_parallel(par)
     training = Training(preset.shape, par, data_parallel=dp, seq_length=preset.seq_length,
                         micro_batch_size=preset.micro_batch_size, sequence_parallel=par.tensor > 1,
-                        precision_aware_optimizer=True, global_batch_size=dp * preset.micro_batch_size * 8)
-    notes = [f"model and parallel layout from preset {preset.name}: {'; '.join(preset.sources)}",
-             f"8 micro-batches per step, data-parallel size {dp}" + ("" if data_parallel else " (the smallest "
-                                                                   "the layout allows; set --gpus)"),
-             "bf16 parameters, fp32 main gradients, distributed optimizer, precision-aware optimizer"]
-    return Job(replace(training, **overrides), Offload(), f"preset {preset.name}", tuple(notes))
+                        precision_aware_optimizer=True,
+                        global_batch_size=dp * preset.micro_batch_size * PRESET_MICROBATCHES_PER_STEP)
+    notes = [Assumption(f"model and parallel layout from preset {preset.name}: {'; '.join(preset.sources)}"),
+             Assumption(f"{PRESET_MICROBATCHES_PER_STEP} micro-batches per step, data-parallel size {dp}"
+                        + ("" if data_parallel else " (the smallest the layout allows; set --gpus)"), DATA_PARALLEL),
+             Assumption("bf16 parameters, fp32 main gradients, distributed optimizer, precision-aware optimizer")]
+    return Job(replace(training, **overrides), Offload(), f"preset {preset.name}", tuple(notes), batch_per_rank=True)
 
 
 def from_config(ctx: Context, data_parallel: int | None = None, preset: Preset | None = None) -> Job | str:
@@ -87,7 +110,7 @@ def unsized(ctx: Context, found: ShapeUnknown) -> str:
 
 def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | ShapeUnknown, data_parallel: int | None,
          preset: Preset | None) -> Job:
-    notes: list[str] = []
+    notes: list[Assumption] = []
     source = "config"
     if isinstance(found, ShapeUnknown):
         assert preset is not None
@@ -102,10 +125,10 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | ShapeUnknown, dat
                                                 layout.expert_tensor if tp == layout.tensor else tp))
         default_seq_length = preset.seq_length
         source = f"config (model from preset {preset.name})"
-        notes.append(f"model dimensions from preset {preset.name}: {'; '.join(preset.sources)}")
+        notes.append(Assumption(f"model dimensions from preset {preset.name}: {'; '.join(preset.sources)}"))
         unsaid = [path.split(".")[1] for path in _LAYOUT if not ctx.is_set(path)]
         if unsaid:
-            notes.append(f"{', '.join(unsaid)} from preset {preset.name} (the config does not set them)")
+            notes.append(Assumption(f"{', '.join(unsaid)} from preset {preset.name} (the config does not set them)"))
     else:
         shape, par = found
         default_seq_length = 4096
@@ -113,13 +136,14 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | ShapeUnknown, dat
             layers = ctx.setting("model.num_layers")
             assert layers is not None and layers.origin.file is not None
             source = f"config (model from the model catalogue: {layers.origin.file.removeprefix(CATALOGUE)})"
-            notes.append(f"model dimensions from the model catalogue ({layers.origin.note}); the provider's other "
-                         "fields (biases, QK norm) at their defaults")
+            notes.append(Assumption(f"model dimensions from the model catalogue ({layers.origin.note}); the "
+                                    "provider's other fields (biases, QK norm) at their defaults"))
     cp = _int(ctx, "model.context_parallel_size", 1)
     dp = data_parallel or _nemo_rl_data_parallel(ctx, par, cp)
     if dp is None:
         dp = default_data_parallel(par, cp)
-        notes.append(f"data-parallel size {dp}: the config does not say how many GPUs run it (set --gpus)")
+        notes.append(Assumption(f"data-parallel size {dp}: the config does not say how many GPUs run it (set --gpus)",
+                                DATA_PARALLEL))
     training = Training(
         shape=shape, par=par, data_parallel=dp, context_parallel=cp,
         seq_length=_int(ctx, "run.seq_length", default_seq_length),
@@ -142,16 +166,17 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | ShapeUnknown, dat
         exp_avg_sq_bytes=_DTYPE_BYTES.get(str(ctx.get("optimizer.exp_avg_sq_dtype")), 4),
         bucket_size=_bucket_size(ctx, dp), version=ctx.version)
     if not ctx.is_set("run.seq_length"):
-        notes.append(f"sequence length {default_seq_length}: the config does not state it")
+        notes.append(Assumption(f"sequence length {default_seq_length}: the config does not state it"))
     if ctx.get("model.fp8") or ctx.get("model.fp4"):
-        notes.append("fp8/fp4 activations are counted at bf16 size: the quantized copies Transformer Engine "
-                     "saves are not modelled")
+        notes.append(Assumption("fp8/fp4 activations are counted at bf16 size: the quantized copies Transformer "
+                                "Engine saves are not modelled"))
     if ctx.flavor == "nemo-rl" and ctx.cfg.target == "value":
         # megatron_value_worker.py:374-386 replaces the output layer with a hidden -> 1 head before DDP wrapping.
-        notes.append("the value model is counted with a language-model output layer and logits; NeMo-RL gives it a "
-                     "hidden -> 1 value head instead (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/value/workers/"
-                     "megatron_value_worker.py:374-386), so its weights and last-stage activations come out high")
-    return Job(training, _offload(ctx), source, tuple(notes), ctx.cfg.target)
+        notes.append(Assumption("the value model is counted with a language-model output layer and logits; NeMo-RL "
+                                "gives it a hidden -> 1 value head instead (NVIDIA-NeMo/RL@7ea279ab:nemo_rl/models/"
+                                "value/workers/megatron_value_worker.py:374-386), so its weights and last-stage "
+                                "activations come out high"))
+    return Job(training, _offload(ctx), source, tuple(notes), ctx.cfg.target, _environment(ctx))
 
 
 _LAYOUT = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
@@ -222,3 +247,11 @@ def _offload(ctx: Context) -> Offload:
         and isinstance(fraction, (int, float)) else 0.0,
         pin_cpu_grads=ctx.get("optimizer.pin_cpu_grads") is not False,
     )
+
+
+def _environment(ctx: Context) -> Environment:
+    """The job's launch environment as the loaders gave it (``env.*``: the config's env_vars over or under
+    --env, as the framework applies them) and what the user said about Transformer Engine."""
+    variables = {path.removeprefix("env."): setting for path, setting in ctx.cfg.settings.items()
+                 if path.startswith("env.")}
+    return replace(ctx.env, variables=variables)
