@@ -38,13 +38,34 @@ ARCHITECTURE_FIELDS: frozenset[str] = frozenset({
 })
 
 
-def version_key(label: str) -> tuple[int, int]:
-    """Order labels by (major, minor); the main-branch commits sort after every release, oldest first."""
-    if label == "main":
-        return (999, 0)
-    if label.startswith("main@"):
-        return (998, VERSIONS.index(label))
-    major, minor = label.split(".")[:2]
+@cache
+def version_key(label: str) -> tuple[int, int, int]:
+    """Order labels: by the megatron-core (major, minor) each one's source reports, then by position in VERSIONS.
+
+    A release label (``0.18.2``) is its own number; a main-branch commit's comes from its
+    ``megatron/core/package_info.py`` (``data/anchors.json`` ``package_versions``), so a commit a framework pins
+    before a release sorts before that release, and ``since="0.18"`` (which means the 0.18 release) excludes it.
+    A bare ``X.Y`` (a rule's ``since``/``until``) is the key of the release label with that number.
+    """
+    if label in VERSIONS:
+        major, minor = _package_version(label)
+        return (major, minor, VERSIONS.index(label))
+    major_text, minor_text = label.split(".")[:2]
+    major, minor = int(major_text), int(minor_text)
+    release = next((v for v in VERSIONS if "@" not in v and v != "main" and _package_version(v) == (major, minor)),
+                   None)
+    return (major, minor, VERSIONS.index(release) if release is not None else -1)
+
+
+def _package_version(label: str) -> tuple[int, int]:
+    if "@" in label or label == "main":
+        known = anchor_table().get("package_versions", {})
+        if label not in known:
+            raise KeyError(f"no package version for {label} in checks/data/anchors.json: run "
+                           "tools/verify_anchors.py --write")
+        major, minor = known[label].split(".")[:2]
+    else:
+        major, minor = label.split(".")[:2]
     return (int(major), int(minor))
 
 
@@ -85,6 +106,12 @@ def nemo_rl_applied(version: str) -> frozenset[str]:
 
 def nemo_rl_commit(version: str) -> str:
     commit: str = _load("nemo_rl_keys.json")["refs"][version]
+    return commit
+
+
+def bridge_commit() -> str:
+    """The Megatron Bridge commit the checker models (``data/framework_pins.json``: the one whose pin it read)."""
+    commit: str = _load("framework_pins.json")["bridge"]["main"]["ref"]
     return commit
 
 
@@ -173,7 +200,7 @@ def resolve_version(text: str) -> str:
     if match:
         key = (int(match.group(1)), int(match.group(2)))
         for label in VERSIONS:
-            if not label.startswith("main") and version_key(label) == key:
+            if not label.startswith("main") and version_key(label)[:2] == key:
                 return label
     known = ", ".join(VERSIONS)
     raise InputError("--mcore-version", f"unknown megatron-core version {text!r}; known: {known}")
@@ -264,6 +291,42 @@ def _load(name: str) -> dict[str, Any]:
 
 def _table() -> dict[str, Any]:
     return _load("mcore_fields.json")
+
+
+def anchor_table() -> dict[str, Any]:
+    """``data/anchors.json``: each upstream check's anchors, the behaviour switches and the offload-module sets
+    per version, all derived from upstream source by ``tools/verify_anchors.py --write``."""
+    return _load("anchors.json")
+
+
+def has_feature(version: str, feature: str) -> bool:
+    """Whether megatron-core ``version`` behaves as ``feature`` says (``data/anchors.json`` ``features``).
+
+    A behaviour switch asks this instead of comparing version names, so that a new release or commit needs only
+    its data regenerated. An unknown feature or version is a bug in the caller, not an input error.
+    """
+    return _switch("megatron-core", version, feature)
+
+
+def nemo_rl_has_feature(version: str, feature: str) -> bool:
+    """:func:`has_feature` for a NeMo-RL release (``data/anchors.json`` ``nemo_rl_features``)."""
+    return _switch("nemo-rl", version, feature)
+
+
+def _switch(project: str, version: str, feature: str) -> bool:
+    table = anchor_table()["features" if project == "megatron-core" else "nemo_rl_features"]
+    if feature not in table:
+        raise KeyError(f"no {project} feature {feature!r} in checks/data/anchors.json; known: {', '.join(table)}")
+    by_version: dict[str, bool] = table[feature]["versions"]
+    if version not in by_version:
+        raise KeyError(f"{project} feature {feature!r} is not recorded for {version!r}: regenerate anchors.json")
+    return by_version[version]
+
+
+def offload_modules(version: str) -> frozenset[str]:
+    """The names ``TransformerConfig.__post_init__`` accepts in ``offload_modules`` in ``version`` (its
+    ``allowed_modules`` set); empty where the version has no fine-grained offloading."""
+    return frozenset(anchor_table()["offload_modules"].get(version, ()))
 
 
 @cache

@@ -5,9 +5,16 @@ Maintainer tool, not part of the checker: it reads a Megatron-LM git checkout
 modules with :mod:`ast` (nothing is imported or executed), and prints the
 field table that ``checks/data/mcore_fields.json`` holds for one version.
 
-Usage (regenerate every profile after an upstream release; see reference/updating.md):
+Usage (regenerate every profile after an upstream release; see reference/updating.md). The output is
+exactly the committed file (:func:`render`: one-space indent, sorted keys, a final newline), so this is a
+byte-for-byte regeneration; ``python tools/generate.py`` runs it with the other generators:
 
     python tools/mcore_fields.py --git /path/to/Megatron-LM --all > checks/data/mcore_fields.json
+
+Compare one version of the table with an installed or unpacked wheel (exit 1 on a difference; what
+``tools/generate.py --check`` does offline with the installed megatron-core):
+
+    python tools/mcore_fields.py --compare-wheel /path/to/site-packages --version 0.16.1
 
 Each field is recorded as ``[annotation, default]`` where ``default`` is a JSON
 literal when the source default is a literal expression, ``{"factory": "list"}``
@@ -35,7 +42,8 @@ CLASSES: tuple[tuple[str, str, str], ...] = (
 
 # The versions the checker has profiles for, and where each one's source lives.
 # 0.19.2 has no git tag; tag core_v0.19.0 (5be96267) carries config files that are
-# byte-identical to the 0.19.2 wheel (checked with tools/mcore_fields.py --compare-wheel).
+# byte-identical to the 0.19.2 wheel (``tools/mcore_fields.py --compare-wheel DIR --version 0.19.2``
+# compares the fields).
 VERSION_REFS: dict[str, str] = {
     "0.14.0": "core_v0.14.0",
     "0.15.3": "core_v0.15.3",
@@ -113,28 +121,63 @@ def profile(read: Any) -> dict[str, dict[str, list[Any]]]:
     return sections
 
 
+def build_all(git: Path) -> dict[str, Any]:
+    """The whole table (``checks/data/mcore_fields.json``): every version in VERSION_REFS, read from ``git``."""
+    return {
+        "source": "NVIDIA/Megatron-LM",
+        "refs": {v: subprocess.run(["git", "-C", str(git), "rev-parse", f"{r}^{{commit}}"],
+                                   check=True, capture_output=True, text=True).stdout.strip()
+                 for v, r in VERSION_REFS.items()},
+        "versions": {v: profile(lambda p, r=r: read_git(git, r, p)) for v, r in VERSION_REFS.items()},
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    """The file's text: what ``checks/data/mcore_fields.json`` holds, byte for byte."""
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def wheel_differences(table: dict[str, Any], wheel_dir: Path, version: str) -> list[str]:
+    """Where ``table``'s ``version`` differs from the config classes in ``wheel_dir`` (a site-packages or an
+    unpacked wheel); [] when they agree."""
+    found = profile(lambda p: (wheel_dir / p).read_text())
+    stored = table["versions"].get(version)
+    if stored is None:
+        return [f"the table has no version {version}"]
+    return [f"{version} {section}.{name}: table {stored.get(section, {}).get(name)}, wheel "
+            f"{found.get(section, {}).get(name)}"
+            for section in sorted(set(found) | set(stored))
+            for name in sorted(set(found.get(section, {})) | set(stored.get(section, {})))
+            if found.get(section, {}).get(name) != stored.get(section, {}).get(name)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--git", type=Path, help="Megatron-LM git directory")
     parser.add_argument("--wheel-dir", type=Path, help="unpacked megatron-core wheel")
     parser.add_argument("--ref", help="git ref (with --git)")
     parser.add_argument("--all", action="store_true", help="every version in VERSION_REFS")
+    parser.add_argument("--compare-wheel", type=Path, metavar="DIR",
+                        help="compare --version of the table (--table) with the wheel installed or unpacked in DIR")
+    parser.add_argument("--version", help="with --compare-wheel: the table's version label, e.g. 0.16.1")
+    parser.add_argument("--table", type=Path, default=Path(__file__).resolve().parent.parent / "checks" / "data"
+                        / "mcore_fields.json", help="with --compare-wheel (default: %(default)s)")
     args = parser.parse_args(argv)
     result: dict[str, Any]
+    if args.compare_wheel:
+        if not args.version:
+            parser.error("--compare-wheel needs --version")
+        differences = wheel_differences(json.loads(args.table.read_text()), args.compare_wheel, args.version)
+        print("\n".join(differences) or f"{args.version}: the table and the wheel agree")
+        return 1 if differences else 0
     if args.all:
-        result = {
-            "source": "NVIDIA/Megatron-LM",
-            "refs": {v: subprocess.run(["git", "-C", str(args.git), "rev-parse", f"{r}^{{commit}}"],
-                                       check=True, capture_output=True, text=True).stdout.strip()
-                     for v, r in VERSION_REFS.items()},
-            "versions": {v: profile(lambda p, r=r: read_git(args.git, r, p)) for v, r in VERSION_REFS.items()},
-        }
-    elif args.wheel_dir:
+        sys.stdout.write(render(build_all(args.git)))
+        return 0
+    if args.wheel_dir:
         result = profile(lambda p: (args.wheel_dir / p).read_text())
     else:
         result = profile(lambda p: read_git(args.git, args.ref, p))
-    json.dump(result, sys.stdout, indent=1, sort_keys=True)
-    sys.stdout.write("\n")
+    sys.stdout.write(render(result))
     return 0
 
 

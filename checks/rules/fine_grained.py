@@ -9,23 +9,31 @@ from checks.formats import close_matches as _close_matches
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule, declared, rule
 from checks.values import show
+from checks.versions import VERSIONS, offload_modules, version_key
 
 _SWITCH = "model.fine_grained_activation_offloading"
 _MODULES = "model.offload_modules"
 
-# The names TransformerConfig accepts in offload_modules, per version (F3's allowed set).
-_BASE_MODULES: tuple[str, ...] = (
-    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+# The order names are shown in (which names each version accepts is data: checks.versions.offload_modules,
+# TransformerConfig's own set); a name not listed here follows, alphabetically.
+_SHOWN_ORDER: tuple[str, ...] = (
+    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act", "fused_group_mlp",
+    "gdp_qkv")
+
+
+def _in_order(names: frozenset[str] | set[str]) -> tuple[str, ...]:
+    return tuple(n for n in _SHOWN_ORDER if n in names) + tuple(sorted(set(names) - set(_SHOWN_ORDER)))
 
 
 def allowed_modules(ctx: Context) -> tuple[str, ...]:
-    """Valid `offload_modules` names in the context's version."""
-    names = _BASE_MODULES
-    if ctx.at_least("0.19"):
-        names += ("fused_group_mlp",)
-    if ctx.version == "main":
-        names += ("gdp_qkv",)
-    return names
+    """Valid `offload_modules` names in the context's version (TransformerConfig's allowed set)."""
+    return _in_order(offload_modules(ctx.version))
+
+
+def _arrival(name: str) -> str:
+    """The first version whose TransformerConfig accepts ``name``: a release as "0.19", else its label."""
+    label = next(v for v in VERSIONS if name in offload_modules(v))
+    return label if "@" in label or label == "main" else ".".join(label.split(".")[:2])
 
 
 def repaired_modules(ctx: Context, on: bool | None = None) -> list[str]:
@@ -194,12 +202,14 @@ def check_modules_valid(ctx: Context) -> Iterator[Hit]:
     if not invalid:
         return
     hints = []
+    later = tuple(n for n in _in_order(frozenset().union(*(offload_modules(v) for v in VERSIONS)))
+                  if n not in allowed and version_key(_arrival(n)) > version_key(ctx.version))
     for name in invalid:
-        close = _close_matches(name, allowed + ("fused_group_mlp", "gdp_qkv"), n=1, cutoff=0.6)
-        if name in ("fused_group_mlp", "gdp_qkv"):
-            hints.append(f"{name!r} arrives in megatron-core {'0.19' if name == 'fused_group_mlp' else 'main'}")
+        close = _close_matches(name, allowed + later, n=1, cutoff=0.6)
+        if name in later:
+            hints.append(f"{name!r} arrives in megatron-core {_arrival(name)}")
         elif close and close[0] not in allowed:
-            hints.append(f"{name!r}: did you mean {close[0]!r} (megatron-core 0.19 or later)?")
+            hints.append(f"{name!r}: did you mean {close[0]!r} (megatron-core {_arrival(close[0])} or later)?")
         elif close:
             hints.append(f"{name!r}: did you mean {close[0]!r}?")
     repairable = all(_close_matches(m, allowed, n=1, cutoff=0.6) for m in invalid)
@@ -396,7 +406,7 @@ def _selective(ctx: Context) -> bool:
           env_vars:
             NVTE_CPU_OFFLOAD_V1: 1
           """, version="main"),
-      since="main",
+      feature="gdp_qkv_recompute_check",
       upstream=(up.F5_GDP_QKV,))
 def check_gdp_qkv(ctx: Context) -> Iterator[Hit]:
     """`gdp_qkv` offload cannot be combined with `gdp_in_proj` recompute.
@@ -658,7 +668,7 @@ def _paged_stash_covers(ctx: Context) -> set[str]:
           env_vars:
             NVTE_CPU_OFFLOAD_V1: 1
           """, version="main"),
-      since="main",
+      feature="mhc_recompute_check",
       upstream=(up.F13_MHC,))
 def check_mhc_recompute(ctx: Context) -> Iterator[Hit]:
     """mHC recompute and fine-grained offloading are not supported together (megatron-core main).
@@ -962,8 +972,10 @@ def check_first_call_plan(ctx: Context) -> Iterator[Hit]:
 
 def _forced_off(ctx: Context) -> bool:
     # NeMo-RL replaces offload_modules with [] when the switch is false; the loader reports that itself.
+    from checks.config import CLEARED_WITH_SWITCH
+
     setting = ctx.setting(_MODULES)
-    return setting is not None and setting.origin.note.startswith("NeMo-RL clears")
+    return setting is not None and setting.origin.derived == CLEARED_WITH_SWITCH
 
 
 RULES: tuple[Rule, ...] = declared(__name__)

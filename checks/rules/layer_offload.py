@@ -8,6 +8,7 @@ from checks.context import Context
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, INFO, WARNING, Example, Hit, Rule, declared, rule
 from checks.rules.cuda_graphs import graph_impl, graph_impl_patch, patch_text
+from checks.versions import has_feature
 
 _SWITCH = "model.cpu_offloading"
 _LAYERS = "model.cpu_offloading_num_layers"
@@ -208,13 +209,14 @@ def check_cuda_graphs(ctx: Context) -> Iterator[Hit]:
     """
     if not ctx.get(_SWITCH):
         return
-    if ctx.version == "0.14.0":
+    if not has_feature(ctx.version, "cuda_graph_impl_offload_check"):
         for path in ("model.enable_cuda_graph", "model.external_cuda_graph"):
             if ctx.get(path):
                 # 0.14 checks only enable_cuda_graph; external graphs capture the offload copies just the same.
                 upstream = ctx.upstream(up.C4_CUDA_GRAPHS) if path == "model.enable_cuda_graph" else None
+                unchecked = f" (megatron-core {'.'.join(ctx.version.split('.')[:2])} does not check this one)"
                 yield Hit(path, f"cpu_offloading=true with {path.split('.')[1]}=true: CUDA graphs cannot capture "
-                          "the offload copies" + ("" if upstream else " (megatron-core 0.14 does not check this one)"),
+                          "the offload copies" + ("" if upstream else unchecked),
                           "Turn CUDA graphs off, or turn cpu_offloading off", patch={path: False},
                           upstream=upstream, at=(_SWITCH,))
         return

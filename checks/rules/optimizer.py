@@ -8,6 +8,7 @@ from checks.anchors import Upstream
 from checks.context import Context
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule, declared, rule
+from checks.versions import has_feature, nemo_rl_has_feature
 
 _SWITCH = "optimizer.optimizer_cpu_offload"
 _FRACTION = "optimizer.optimizer_offload_fraction"
@@ -16,7 +17,7 @@ _DISTOPT = "optimizer.use_distributed_optimizer"
 
 def legacy_nemo_rl(ctx: Context) -> bool:
     """NeMo-RL releases up to 0.7.0 (before NVIDIA-NeMo/RL PR #3628) require the fraction to be exactly 1.0."""
-    return ctx.flavor == "nemo-rl" and ctx.env.nemo_rl_version != "main"
+    return ctx.flavor == "nemo-rl" and nemo_rl_has_feature(ctx.env.nemo_rl_version, "offload_fraction_must_be_one")
 
 
 def _nemo_rl_fraction_check(ctx: Context) -> Upstream | None:
@@ -437,7 +438,7 @@ def check_dead_knobs(ctx: Context) -> Iterator[Hit]:
     if ctx.get("optimizer.use_torch_optimizer_for_cpu_offload"):
         yield Hit("optimizer.use_torch_optimizer_for_cpu_offload", "use_torch_optimizer_for_cpu_offload=true has no "
                   "effect: the optimizer factory overwrites the class it selects", "Remove it")
-    if ctx.get("optimizer.pin_cpu_params") is False and ctx.version != "main":
+    if ctx.get("optimizer.pin_cpu_params") is False and not has_feature(ctx.version, "pin_cpu_params_honoured"):
         yield Hit("optimizer.pin_cpu_params", f"pin_cpu_params=false has no effect in megatron-core {ctx.version}: "
                   "fp32 host masters of 16-bit parameters are never pinned before main (and fp32 parameters "
                   "always are)", "Remove it")

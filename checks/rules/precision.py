@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from checks.context import Context
 from checks.rules import upstream as up
 from checks.rules.base import ERROR, WARNING, Example, Hit, Rule, declared, rule
+from checks.versions import has_feature
 
 _PAO = "optimizer.use_precision_aware_optimizer"
 _OFFLOAD = "optimizer.optimizer_cpu_offload"
@@ -79,7 +80,7 @@ def check_pao_distopt(ctx: Context) -> Iterator[Hit]:
         `get_megatron_optimizer` (main).
     """
     if ctx.get(_PAO) and not ctx.get(_DISTOPT):
-        check = up.I4_PAO_DISTOPT if ctx.version == "main" else up.O2_PAO_DISTOPT
+        check = up.I4_PAO_DISTOPT if has_feature(ctx.version, "pao_distopt_in_factory") else up.O2_PAO_DISTOPT
         yield Hit(_DISTOPT, "use_precision_aware_optimizer=true without use_distributed_optimizer",
                   "Set use_distributed_optimizer=true", patch={_DISTOPT: True}, upstream=ctx.upstream(check),
                   at=(_PAO,))
