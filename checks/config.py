@@ -108,6 +108,9 @@ class Unrecognised:
     setting: Setting
     consequence: str  # what the front end does with it: "ignored" (silently), "crash" (at start-up), or
     # "skipped" (Bridge adds a `+`/`++` override's key, then skips it with a log line when writing the config back)
+    space: str = ""  # what the front end looked the key up as, in words ("a Megatron-LM flag in ..."); "" for a
+    # megatron-core section, whose fields the rules know
+    home: str = ""  # where the front end reads this key instead, when the loader knows (a NeMo-RL model field)
 
 
 @dataclass(frozen=True)

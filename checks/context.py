@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checks.anchors import Upstream, UpstreamCheck
-from checks.config import CanonicalConfig, Environment, Setting, split_path
+from checks.config import RUN_KEYS, SECTIONS, CanonicalConfig, Environment, Setting, split_path
 from checks.values import coerce
 from checks.versions import ARCHITECTURE_FIELDS, NO_DEFAULT, Profile, profile, version_key
 
@@ -41,7 +41,9 @@ def proposals(rule: str, changes: Mapping[str, Any], spelled: Mapping[str, Any],
     return out
 
 
-FIELD_SECTIONS: tuple[str, ...] = ("model", "optimizer", "ddp")  # the sections that are megatron-core dataclasses
+# The sections that are megatron-core dataclasses (checks.config.SECTIONS less env and run, which hold any
+# environment variable and the declared RUN_KEYS)
+FIELD_SECTIONS: tuple[str, ...] = tuple(section for section in SECTIONS if section not in ("env", "run"))
 
 
 class Unreadable(Exception):
@@ -97,7 +99,11 @@ class Context:
 
     def exists(self, path: str) -> bool:
         section, name = split_path(path)
-        return section in ("env", "run") or self.profile.field(section, name) is not None
+        if section == "env":
+            return True
+        if section == "run":
+            return name in RUN_KEYS
+        return self.profile.field(section, name) is not None
 
     def is_set(self, path: str) -> bool:
         """Whether an input states ``path`` (for messages; a decision on it uses :meth:`stated`)."""

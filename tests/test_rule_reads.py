@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from offload_configs import bridge_overrides
 
 from checks.catalogue import example_configs, rule_reads
-from checks.config import CanonicalConfig, split_path
+from checks.config import RUN_KEYS, CanonicalConfig, split_path
 from checks.context import FIELD_SECTIONS, Context, Unreadable
 from checks.engine import reads
 from checks.errors import InputError
@@ -32,7 +32,11 @@ def unseen(paths: Iterable[str]) -> list[str]:
     out = []
     for path in sorted(set(paths)):
         section, name = split_path(path)
-        if section in ("env", "run"):  # environment variables and launch facts: any name the loader gives
+        if section == "env":  # any environment variable
+            continue
+        if section == "run":  # the front ends' facts beyond megatron-core: declared in checks.config.RUN_KEYS
+            if name not in RUN_KEYS:
+                out.append(path)
             continue
         if section not in FIELD_SECTIONS or not any(profile(v).field(section, name) for v in VERSIONS):
             out.append(path)

@@ -25,6 +25,7 @@ from checks.yamlio import KeyPath, load_yaml
 
 # ConfigContainer sections whose fields map onto megatron-core config classes.
 SECTIONS: Mapping[str, str] = {"model": "model", "optimizer": "optimizer", "ddp": "ddp", "env_vars": "env"}
+_CONTAINER = "a section of Megatron Bridge's ConfigContainer"  # what a top-level key is looked up as
 TARGET_KEYS: frozenset[str] = frozenset({"_target_", "_call_", "_args_", "_name_", "_partial_", "_builder_"})
 _TORCH_DTYPES: Mapping[str, str] = {
     "torch.float32": "fp32", "torch.float": "fp32", "torch.float16": "fp16", "torch.half": "fp16",
@@ -249,11 +250,11 @@ def _canonical(tree: trees.Tree, request: Request, nested: bool, base: Base) -> 
     for name, node in tree.items():
         if name not in BRIDGE_SECTIONS:
             setting = node if isinstance(node, Setting) else _first_leaf(node)
-            unrecognised.append(Unrecognised("", name, setting, _dropped(setting, base)))
+            unrecognised.append(Unrecognised("", name, setting, _dropped(setting, base), _CONTAINER))
     for key, section in SECTIONS.items():
         node = tree.get(key)
         if isinstance(node, Setting):
-            unrecognised.append(Unrecognised("", key, node, "crash"))
+            unrecognised.append(Unrecognised("", key, node, "crash", _CONTAINER))
             continue
         fields = dict(node or {})
         if section == "model" and isinstance(fields.get("transformer"), dict):

@@ -228,8 +228,9 @@ class _Parser:
         duplicate_origins = {(d.first.origin.file, d.first.origin.line) for d in source.duplicates}
         for unknown in outcome.unknown:
             inline = unknown.word.text.split("=", 1)[1] if "=" in unknown.word.text else True
+            space = f"a Megatron-LM flag in megatron-core {self.request.version}"
             self.unrecognised.append(Unrecognised("argv", unknown.name, Setting(inline, unknown.word.origin),
-                                                  "crash"))
+                                                  "crash", space))
         for error in outcome.errors:
             reason = f"argparse: {error.message}" + (f" ({error.hint})" if error.hint else "")
             path = error.spec.dest if error.spec is not None else "argv"

@@ -33,6 +33,7 @@ from checks.config import (
     Unrecognised,
 )
 from checks.errors import InputError
+from checks.formats import normalise
 from checks.loaders import interpolation
 from checks.loaders import tree as trees
 from checks.loaders.common import Request, apply_overrides, hydra_lines, with_environment
@@ -549,7 +550,11 @@ class _Mapper:
                 if name in clashes:
                     continue  # not dropped: NeMo-RL raises on the model_overrides entry (rejected below)
                 if _meaningful(node):  # an unused key left at null/false/{} changes nothing
-                    self.unrecognised.append(Unrecognised("megatron_cfg", name, _leaf(node), "ignored"))
+                    # NeMo-RL versions with model_overrides set model fields only there (setup.py)
+                    home = f"megatron_cfg.model_overrides.{normalise(name)}" if "model_overrides" in self.keys \
+                        and normalise(name) in self.prof.names("model") else ""
+                    self.unrecognised.append(Unrecognised("megatron_cfg", name, _leaf(node), "ignored",
+                                                          "a key NeMo-RL reads under megatron_cfg", home))
             elif name in _SPECIAL:
                 continue
             elif isinstance(node, Setting) and name in self.applied and self.prof.field("model", name) is not None:

@@ -121,11 +121,9 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
             continue
         key = item.setting.origin.key or item.name
         home = _home(ctx, item) if item.section in ("model", "optimizer", "ddp") else None
-        nemo_rl_overrides = "model_overrides" in nemo_rl_keys(ctx.cfg.environment.nemo_rl_version)
-        if item.section == "megatron_cfg" and normalise(item.name) in ctx.profile.names("model") \
-                and nemo_rl_overrides:
-            hint, fix = ("NeMo-RL sets this model field only under megatron_cfg.model_overrides",
-                         f"Move it to megatron_cfg.model_overrides.{normalise(item.name)}")
+        if item.home:
+            hint, fix = (f"{_FRONT_END[ctx.flavor]} sets this model field only under {item.home.rsplit('.', 1)[0]}",
+                         f"Move it to {item.home}")
         elif home is not None:
             hint, fix = f"it is a {home} field", f"Move it under {home}"
         elif suggestion is not None and suggestion != normalise(item.name):
@@ -134,10 +132,7 @@ def check_unknown_key(ctx: Context) -> Iterator[Hit]:
             hint, fix = f"no close name looked for past the first {_SUGGESTIONS} unknown keys", "Remove or rename it"
         else:
             hint, fix = "", "Remove it"
-        where = {"argv": f"a Megatron-LM flag in megatron-core {ctx.version}",
-                 "": "a section of Megatron Bridge's ConfigContainer",
-                 "megatron_cfg": "a key NeMo-RL reads under megatron_cfg"}.get(
-            item.section, f"a field of {item.section} in megatron-core {ctx.version}")
+        where = item.space or f"a field of {item.section} in megatron-core {ctx.version}"
         detail = f" ({hint})" if hint else ""
         yield Hit(key, f"{key!r} is not {where}{detail}; "
                   f"{_consequence(ctx, item)}", fix, origin=item.setting.origin)
