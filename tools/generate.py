@@ -240,6 +240,34 @@ def _bridge_recipes_rerender(text: str) -> str:
     return rendered
 
 
+def _anchors(src: Sources) -> str:
+    """Every check's line per version, from the mirrors given; a repository not given keeps its committed lines
+    (Transformer Engine has none here: its two lines are kept as committed)."""
+    given = {"NVIDIA/Megatron-LM": src.megatron_lm, "NVIDIA-NeMo/RL": src.nemo_rl,
+             "NVIDIA-NeMo/Megatron-Bridge": src.bridge}
+    text: str = tool("verify_anchors").render_anchors({name: path for name, path in given.items() if path})
+    return text
+
+
+def _anchors_rerender(text: str) -> str:
+    rendered: str = tool("verify_anchors").canonical(json.loads(text))
+    return rendered
+
+
+def _anchors_verify(text: str) -> list[str]:
+    """Offline: every upstream check the rules cite has its entry, and no entry is left over."""
+    from checks.rules import upstream
+
+    cited = set()
+    for value in vars(upstream).values():  # a check, or a table of them (O5_O8_DTYPES, by field)
+        for check in value.values() if isinstance(value, dict) else (value,):
+            if isinstance(check, upstream.UpstreamCheck):
+                cited.add(check.key)
+    held = set(json.loads(text).get("anchors", {}))
+    return ([f"no anchors for {key}" for key in sorted(cited - held)]
+            + [f"anchors for {key}, which no check has" for key in sorted(held - cited)])
+
+
 GENERATED: tuple[Generated, ...] = (  # in the order they are written: a file before those made from it
     Generated("checks/data/mcore_fields.json", _mcore_fields, ("megatron_lm",), _mcore_fields_rerender,
               _mcore_fields_wheel, how="tools/mcore_fields.py --git MEGATRON_LM --all"),
@@ -267,13 +295,10 @@ GENERATED: tuple[Generated, ...] = (  # in the order they are written: a file be
     Generated("checks/data/nemo_rl_keys.json",
               lambda src: run_tool("nemo_rl_keys", "--git", src.nemo_rl or ""),
               ("nemo_rl",), _rerender_stdout("nemo_rl_keys"), how="tools/nemo_rl_keys.py --git NEMO_RL"),
-    # -- ANCHORS: the place for checks/data/anchors.json (to be wired by the lead) -----------------------------
-    # The upstream line of each check per version, written by tools/verify_anchors.py --write; its pure function
-    # is render_anchors(repos, previous). The entry, in this shape, before the documents (rules.md reads it):
-    #   Generated("checks/data/anchors.json", lambda src: tool("verify_anchors").render_anchors(
-    #                 {<repo name>: <mirror> for what src gives}, <the committed table, for repos not given>),
-    #             ("megatron_lm", "nemo_rl", "bridge"), lambda text: tool("verify_anchors").canonical(json.loads(text)),
-    #             how="tools/verify_anchors.py --git MEGATRON_LM --repo ...=NEMO_RL --repo ...=BRIDGE --write")
+    # before the documents: rules.md quotes the anchors
+    Generated("checks/data/anchors.json", _anchors, ("megatron_lm",), _anchors_rerender, _anchors_verify,
+              how="tools/verify_anchors.py --git MEGATRON_LM [--repo NVIDIA-NeMo/RL=NEMO_RL "
+                  "--repo NVIDIA-NeMo/Megatron-Bridge=BRIDGE] --write"),
     # -- documents: after the data they are made from (a full run writes the tables first) ----------------------
     Generated("reference/rules.md", _rules_md,
               how="python -m checks rules --format markdown (from the rules and checks/data/)"),
