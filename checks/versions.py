@@ -20,8 +20,8 @@ from checks.errors import InputError
 
 # Oldest first; "main" is NVIDIA/Megatron-LM@d98e8a64 (2026-08-22). "main@<commit>" are the earlier main-branch
 # commits the frameworks install (framework_pin), 0.20.0 development like main.
-VERSIONS: tuple[str, ...] = ("0.14.0", "0.15.3", "0.16.1", "0.17.1", "0.18.2", "0.19.2", "main@14346b65",
-                             "main@2a75ac12", "main")
+VERSIONS: tuple[str, ...] = ("0.14.0", "main@af73aa2c", "0.15.3", "0.16.1", "0.17.1", "main@d30c3ae5", "0.18.2",
+                             "0.19.2", "main@14346b65", "main@2a75ac12", "main")
 DEFAULT_VERSION = "0.19.2"  # the newest release the rules know
 REPO = "NVIDIA/Megatron-LM"
 _DATA = Path(__file__).resolve().parent / "data"

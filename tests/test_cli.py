@@ -131,11 +131,16 @@ def test_version_comes_from_the_frameworks_pin(capsys: pytest.CaptureFixture[str
     document = json.loads(out)
     assert (document["mcore_version"], document["assumptions"]["mcore_version_source"]) == \
         ("main@14346b65", "pinned by NeMo-RL main")
-    # NeMo-RL 0.6.0 pins Megatron-LM d30c3ae5 (0.18.0 development), which has no profile: the default, and why.
-    _, out, _ = run(capsys, "check", nemo_rl, "--nemo-rl-version", "0.6", "--format", "json")
+    # NeMo-RL 0.4.0 and 0.6.0 pin Megatron-LM af73aa2c and d30c3ae5, profiled by regeneration (updating.md)
+    for release, pin in (("0.4", "main@af73aa2c"), ("0.6", "main@d30c3ae5")):
+        _, out, _ = run(capsys, "check", nemo_rl, "--nemo-rl-version", release, "--format", "json")
+        document = json.loads(out)
+        assert (document["mcore_version"], document["assumptions"]["mcore_version_source"]) == \
+            (pin, f"pinned by NeMo-RL {release}.0")
+    # NeMo-RL 0.5.0 pins b73ae5cd, a commit not in the Megatron-LM git: no profile, so the default, and why.
+    _, out, _ = run(capsys, "check", nemo_rl, "--nemo-rl-version", "0.5", "--format", "json")
     assert json.loads(out)["assumptions"]["mcore_version_source"] == (
-        "default; NeMo-RL 0.6.0 pins Megatron-LM d30c3ae5, megatron-core 0.18.0, which has no profile: "
-        "pass --mcore-version")
+        "default; NeMo-RL 0.5.0 pins Megatron-LM b73ae5cd, which has no profile: pass --mcore-version")
     # The option wins, and a profiled commit can be named by its hash.
     _, out, _ = run(capsys, "check", nemo_rl, "--mcore-version", "2a75ac12", "--format", "json")
     assert json.loads(out)["mcore_version"] == "main@2a75ac12"

@@ -54,6 +54,9 @@ VERSION_REFS: dict[str, str] = {
     # What the frameworks install (main@<commit>, oldest first): NVIDIA-NeMo/RL@7ea279ab pins Megatron-Bridge
     # 8c46dc42, whose 3rdparty/Megatron-LM submodule is 14346b65; NVIDIA-NeMo/Megatron-Bridge@067f987d pins
     # 2a75ac12 (its 3rdparty/Megatron-LM submodule). Both report megatron-core 0.20.0 (package_info.py).
+    # NeMo-RL 0.4.0 pins af73aa2c (0.15.0rc3), 0.6.0 pins d30c3ae5 (0.18.0): checks/data/framework_pins.json
+    "main@af73aa2c": "af73aa2cebf94a0bee5ea6dda2614ad989faffae",
+    "main@d30c3ae5": "d30c3ae5469fe3f6a64d4fd2e63b6e7f7844ea81",
     "main@14346b65": "14346b65a2d0790e451919858f7771078105c5f0",
     "main@2a75ac12": "2a75ac12c54ba6a42b34024756820bf819a2e25f",
     "main": "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
