@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from checks.anchors import Upstream, UpstreamCheck
-from checks.config import RUN_KEYS, SECTIONS, CanonicalConfig, Environment, Setting, split_path
+from checks.config import RUN_KEYS, CanonicalConfig, Environment, Setting, split_path
 from checks.values import coerce
-from checks.versions import ARCHITECTURE_FIELDS, NO_DEFAULT, Profile, profile, version_key
+from checks.versions import ARCHITECTURE_FIELDS, FIELD_SECTIONS, NO_DEFAULT, Profile, profile, version_key
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,6 @@ def proposals(rule: str, changes: Mapping[str, Any], spelled: Mapping[str, Any],
     return out
 
 
-# The sections that are megatron-core dataclasses (checks.config.SECTIONS less env and run, which hold any
-# environment variable and the declared RUN_KEYS)
-FIELD_SECTIONS: tuple[str, ...] = tuple(section for section in SECTIONS if section not in ("env", "run"))
 
 
 class Unreadable(Exception):

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from checks.versions import SECTIONS, all_field_names
+from checks.versions import FIELD_SECTIONS, all_field_names
 
 # Every top-level section of Megatron Bridge's ConfigContainer
 # (NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/config.py:961-1010).
@@ -25,9 +25,8 @@ _OFFLOAD_WORDS = ("offload", "cpu_off", "pin_cpu", "d2h", "h2d")
 def offload_field_names() -> frozenset[str]:
     """Every config field, in any known version, that belongs to an offloading mechanism."""
     names: set[str] = set()
-    for section in SECTIONS:
-        if section != "env":
-            names.update(n for n in all_field_names(section) if _has_offload_word(n))
+    for section in FIELD_SECTIONS:
+        names.update(n for n in all_field_names(section) if _has_offload_word(n))
     return frozenset(names - {"_cpu_offloading_context"})
 
 

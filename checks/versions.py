@@ -26,7 +26,8 @@ DEFAULT_VERSION = "0.19.2"  # the newest release the rules know
 REPO = "NVIDIA/Megatron-LM"
 _DATA = Path(__file__).resolve().parent / "data"
 
-SECTIONS: tuple[str, ...] = ("model", "optimizer", "ddp", "env")
+# The canonical sections (checks.config.SECTIONS) that are megatron-core dataclasses, profiled per version
+FIELD_SECTIONS: tuple[str, ...] = ("model", "optimizer", "ddp")
 
 # Fields that describe the model's shape. A partial config that leaves one out
 # says nothing about it (the recipe or checkpoint supplies it), so rules must

@@ -18,13 +18,13 @@ from offload_configs import bridge_overrides
 
 from checks.catalogue import example_configs, rule_reads
 from checks.config import RUN_KEYS, CanonicalConfig, split_path
-from checks.context import FIELD_SECTIONS, Context, Unreadable
+from checks.context import Context, Unreadable
 from checks.engine import reads
 from checks.errors import InputError
 from checks.loaders import Request, load
 from checks.rules import ALL_RULES
 from checks.rules.base import Example, Hit, Rule, declared, rule
-from checks.versions import VERSIONS, profile
+from checks.versions import FIELD_SECTIONS, VERSIONS, profile
 
 
 def unseen(paths: Iterable[str]) -> list[str]:

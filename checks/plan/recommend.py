@@ -271,7 +271,7 @@ def recommend(t: Training, budget: Budget, environment: Environment | None = Non
                                    "fine-grained activation offload + optimizer offload", both))
     options += _alternatives(t, budget)
     # Every option offered is one the checker accepts, whatever the searches assumed above.
-    options = [_noted(o, verdict) for o in options if (verdict := checker.verdict(o.settings)).accepted]
+    options = [_noted(o, checked) for o in options if (checked := checker.verdict(o.settings)).accepted]
     if not options:  # the checker refuses every mechanism: say so rather than offer nothing
         options.append(Option("none", {}, peak(baseline), 0, 0.0, False, "the checker refuses every option here"))
     fitting = sorted((o for o in options if o.fits), key=lambda o: o.slowdown)
