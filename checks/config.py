@@ -120,6 +120,13 @@ class Rejected:
     path: str  # canonical path
     setting: Setting
     reason: str
+    cause: str = ""  # for the fix: REFUSED_BY_RUNNER, UNUSED_WORD, SWITCH_VALUE, or "" (an invalid value)
+
+
+# Why a Megatron-LM command line is refused (Rejected.cause)
+REFUSED_BY_RUNNER = "runner"  # the functional-test runner, before argparse (xargs quoting, eval, a YAML list)
+UNUSED_WORD = "unused-word"  # a word no option takes: argparse's "unrecognized arguments"
+SWITCH_VALUE = "switch-value"  # `--switch=value`: argparse's "ignored explicit argument"
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,7 @@ class OverrideNote:
     text: str  # the override as given
     origin: Origin
     message: str  # refused: upstream's message, verbatim; unverified: why it cannot be verified
+    partial_delete: bool = False  # unverified because Bridge's ~KEY sets back only the keys its dict holds
 
 
 @dataclass(frozen=True)

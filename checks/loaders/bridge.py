@@ -213,9 +213,11 @@ def _written_back(applied: Applied, dump: trees.Tree | None, overrides: tuple[st
                 f"469-474), so the field keeps {kept}")
         earlier = next((i for i, n in enumerate(notes) if n.index == index), None)
         if earlier is None:
-            notes.append(OverrideNote(index, text, Origin(arg=f"--set #{index}", key=".".join(keys), note=text), said))
+            notes.append(OverrideNote(index, text, Origin(arg=f"--set #{index}", key=".".join(keys), note=text), said,
+                                      partial_delete=True))
         else:  # one finding per override: the deletion itself could not be verified either
-            notes[earlier] = replace(notes[earlier], message=f"{notes[earlier].message}; if it passes, {said}")
+            notes[earlier] = replace(notes[earlier], message=f"{notes[earlier].message}; if it passes, {said}",
+                                     partial_delete=True)
     return replace(applied, tree=tree, unverified=tuple(notes))
 
 

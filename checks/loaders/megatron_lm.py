@@ -22,7 +22,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from checks.config import CanonicalConfig, Duplicate, Ignored, Origin, Rejected, Setting, Unrecognised
+from checks.config import (
+    REFUSED_BY_RUNNER,
+    SWITCH_VALUE,
+    UNUSED_WORD,
+    CanonicalConfig,
+    Duplicate,
+    Ignored,
+    Origin,
+    Rejected,
+    Setting,
+    Unrecognised,
+)
 from checks.errors import InputError
 from checks.loaders import mlm_argparse, mlm_runner
 from checks.loaders.common import Request, with_environment
@@ -234,10 +245,11 @@ class _Parser:
         for error in outcome.errors:
             reason = f"argparse: {error.message}" + (f" ({error.hint})" if error.hint else "")
             path = error.spec.dest if error.spec is not None else "argv"
-            self.rejected.append(Rejected(path, Setting(error.word.text, error.word.origin), reason))
+            cause = SWITCH_VALUE if error.switch_value else UNUSED_WORD if error.kind == "extra" else ""
+            self.rejected.append(Rejected(path, Setting(error.word.text, error.word.origin), reason, cause))
         for problem in source.problems:
             self.rejected.append(Rejected("argv", Setting(problem.origin.key, problem.origin),
-                                          f"runner: {problem.message}"))
+                                          f"runner: {problem.message}", REFUSED_BY_RUNNER))
         last: dict[str, mlm_argparse.Assignment] = {}
         for event in outcome.events:
             spec = event.spec

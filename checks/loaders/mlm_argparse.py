@@ -61,6 +61,7 @@ class ParseError:
     spec: FlagSpec | None = None
     hint: str = ""  # what would be valid, where the checker knows
     exception: str = ""  # kind "crash": the uncaught exception, "KeyError: 'x'"
+    switch_value: bool = False  # "ignored explicit argument": a value given to a switch with =
 
 
 @dataclass(frozen=True)
@@ -317,7 +318,8 @@ def _consume_optional(state: _State, index: int, table: FlagTable, strict: bool)
                 taken.append((spec, option, [], False))
                 option = option[0] + explicit[0]
                 if option not in table.flags:
-                    _error(state, f"argument {spec.name}: ignored explicit argument {explicit!r}", word, spec)
+                    _error(state, f"argument {spec.name}: ignored explicit argument {explicit!r}", word, spec,
+                           switch_value=True)
                     return index + 1
                 spec, explicit = table.flags[option], explicit[1:] or None
                 continue
@@ -325,7 +327,8 @@ def _consume_optional(state: _State, index: int, table: FlagTable, strict: bool)
                 taken.append((spec, option, [Word(explicit, word.origin, word.unresolved)], True))
                 stop = index + 1
                 break
-            _error(state, f"argument {spec.name}: ignored explicit argument {explicit!r}", word, spec)
+            _error(state, f"argument {spec.name}: ignored explicit argument {explicit!r}", word, spec,
+                           switch_value=True)
             return index + 1
         count = _match(spec, state.pattern[index + 1:])
         if count is None:
@@ -345,8 +348,8 @@ def _modelled(spec: FlagSpec) -> bool:
 
 
 def _error(state: _State, message: str, word: Word, spec: FlagSpec | None, kind: str = "error",
-           hint: str = "", exception: str = "") -> None:
-    state.outcome.errors.append(ParseError(kind, message, word, spec, hint, exception))
+           hint: str = "", exception: str = "", switch_value: bool = False) -> None:
+    state.outcome.errors.append(ParseError(kind, message, word, spec, hint, exception, switch_value))
 
 
 _MODELLED_ACTIONS = frozenset({"store", "store_true", "store_false", "store_const", "append", "append_const",

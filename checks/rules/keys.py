@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from checks.config import Unrecognised
+from checks.config import REFUSED_BY_RUNNER, SWITCH_VALUE, UNUSED_WORD, Unrecognised
 from checks.context import Context, disagreements
 from checks.formats import BRIDGE_SECTIONS, is_offload_related, normalise
 from checks.formats import close_matches as _close_matches
@@ -319,7 +319,7 @@ def check_unverified_override(ctx: Context) -> Iterator[Hit]:
         (`tools/bridge_fields.py`) and of megatron-core's config classes.
     """
     for note in ctx.cfg.unverified_overrides:
-        if ctx.flavor == "bridge" and note.text.startswith("~") and "sets back only the keys" in note.message:
+        if note.partial_delete:
             fix = f"Set {note.origin.key} to the value you mean instead of deleting it"
         elif ctx.flavor == "bridge":
             fix = ("To check it exactly, give the full config it applies to: the recipe's complete run_config.yaml "
@@ -504,12 +504,12 @@ def check_rejected(ctx: Context) -> Iterator[Hit]:
         NVIDIA/Megatron-LM@d98e8a64:tests/functional_tests/shell_test_utils/_run_training.sh.
     """
     for item in ctx.cfg.rejected:
-        if item.reason.startswith("runner: "):
+        if item.cause == REFUSED_BY_RUNNER:
             fix = "Write the value so the runner passes it as intended (see the message)"
-        elif "unrecognized arguments" in item.reason:
+        elif item.cause == UNUSED_WORD:
             fix = ("Remove the word: a switch takes no value (write the flag alone for true, leave it out for "
                    "false); in a functional-test YAML write `--flag: true`, not false or null")
-        elif "ignored explicit argument" in item.reason:
+        elif item.cause == SWITCH_VALUE:
             fix = "Write the switch without =value"
         else:
             fix = "Give the flag a valid value (python -m checks explain CFG004 lists the parser's rules)"
