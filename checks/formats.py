@@ -39,6 +39,7 @@ def normalise(name: str) -> str:
     return name.lstrip("-+~").replace("-", "_").lower()
 
 
+@cache  # a launch script repeats its flags: difflib per repetition took 2.4 s for 15,000 of them
 def is_offload_related(name: str) -> bool:
     """True for a key that is, or looks like a misspelling of, an offloading field."""
     key = normalise(name)
