@@ -354,3 +354,43 @@ def test_the_verdict_is_the_plans_and_the_renderers_only_print_it() -> None:
     tiny = plan_preset(PRESETS["llama3-70b"], Dimensions(gpus=32), replace(budget, hardware=replace(
         HARDWARE["h100-sxm"], gpu_memory_bytes=2**30)))
     assert tiny.status == DOES_NOT_FIT and Plan((*change.entries, *tiny.entries)).status == DOES_NOT_FIT
+
+
+# Experts per token of each MoE preset, as its Megatron-LM source sets them (--moe-router-topk)
+_TOP_K_SOURCES = {
+    "qwen3-30b-a3b": ("examples/post_training/modelopt/conf/Qwen/Qwen3-30B-A3B.sh", 8),
+    "qwen3-235b-a22b": ("examples/post_training/modelopt/conf/Qwen/Qwen3-235B-A22B.sh", 8),
+    "deepseek-v3": ("examples/post_training/modelopt/conf/deepseek-ai/DeepSeek-R1.sh", 8),
+    "mixtral-8x7b": ("examples/mixtral/train_mixtral_8x7b_distributed.sh", 2),
+}
+
+
+def test_moe_presets_are_planned_at_their_own_top_k() -> None:
+    """from_preset used to leave moe_top_k at Training's default (2), planning the top-8 models at top-2."""
+    from checks.plan.setup import from_preset
+
+    moe = {name for name, preset in PRESETS.items() if preset.shape.moe is not None}
+    assert moe == set(_TOP_K_SOURCES)
+    for name, (_, top_k) in _TOP_K_SOURCES.items():
+        job = from_preset(PRESETS[name])
+        assert job.training.moe_top_k == top_k, name
+    # more routed tokens, more activations: the top-8 plan holds more than the same job at top-2
+    qwen = from_preset(PRESETS["qwen3-30b-a3b"]).training
+    at_top2 = replace(qwen, moe_top_k=2)
+    assert plan_memory(qwen)[0].activations_bytes > plan_memory(at_top2)[0].activations_bytes
+
+
+def test_moe_preset_top_k_matches_the_megatron_lm_argument_files() -> None:
+    """With MEGATRON_LM_GIT, each preset's top-k is the --moe-router-topk of its source at d98e8a64."""
+    import os
+    import re
+    import subprocess
+
+    git = os.environ.get("MEGATRON_LM_GIT")
+    if not git:
+        pytest.skip("set MEGATRON_LM_GIT to a NVIDIA/Megatron-LM git directory")
+    for name, (path, _) in _TOP_K_SOURCES.items():
+        text = subprocess.run(["git", "-C", git, "show", f"d98e8a64:{path}"], capture_output=True, text=True,
+                              check=True).stdout
+        (found,) = re.findall(r"--moe-router-topk\s+(\d+)", text)
+        assert PRESETS[name].moe_top_k == int(found), name

@@ -26,6 +26,7 @@ class Preset:
     micro_batch_size: int
     sources: tuple[str, ...]
     hf_ids: tuple[str, ...] = ()  # Hugging Face ids NeMo-RL configs name in policy.model_name
+    moe_top_k: int = 0  # experts each token is routed to (--moe-router-topk in the sources); 0 for a dense model
 
 
 def _gpt(layers: int, hidden: int, heads: int, groups: int, ffn: int, vocab: int, *, kv: int = 0,
@@ -61,17 +62,18 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            Parallelism(tensor=1, expert=8), 4096, 1,
            (_CONF + "Qwen/Qwen3-30B-A3B.sh",
             "https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json (vocab_size 151936)"),
-           ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base")),
+           ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base"), moe_top_k=8),  # Qwen3-30B-A3B.sh:31
     Preset("qwen3-235b-a22b", "Qwen3-235B-A22B: 128 experts, top-8, QK norm",
            _gpt(94, 4096, 64, 4, 12288, 151936, kv=128, qk_norm=True, moe=_moe(94, 128, 1536)),
            Parallelism(tensor=4, pipeline=8, expert=8, first_stage_layers=11, last_stage_layers=11), 4096, 1,
            (_CONF + "Qwen/Qwen3-235B-A22B.sh",
             "https://huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json (vocab_size 151936)"),
-           ("Qwen/Qwen3-235B-A22B",)),
+           ("Qwen/Qwen3-235B-A22B",), moe_top_k=8),  # Qwen3-235B-A22B.sh:31
     Preset("mixtral-8x7b", "Mixtral 8x7B: 8 experts, top-2, GQA 32/8",
            _gpt(32, 4096, 32, 8, 14336, 32000, moe=_moe(32, 8, 14336)), Parallelism(tensor=2, expert=4), 4096, 1,
-           ("https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",),
-           ("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1")),
+           ("https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",
+            "NVIDIA/Megatron-LM@d98e8a64:examples/mixtral/train_mixtral_8x7b_distributed.sh:52 (--moe-router-topk 2)"),
+           ("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"), moe_top_k=2),
     Preset("deepseek-v3",
            "DeepSeek-V3: MLA, 256 routed experts + 1 shared, top-8, first 3 layers dense (MTP not modelled)",
            _gpt(61, 7168, 128, 128, 18432, 129280, kv=128, moe=_moe(61, 256, 2048, shared=2048, dense_first=3),
@@ -80,7 +82,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            Parallelism(tensor=1, pipeline=8, expert=64, first_stage_layers=7, last_stage_layers=6), 4096, 1,
            (_CONF + "deepseek-ai/DeepSeek-R1.sh (DeepSeek-V3 architecture)",
             "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (vocab_size 129280)"),
-           ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")),
+           ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"), moe_top_k=8),  # DeepSeek-R1.sh:35
     Preset("nemotron-h-8b", "Nemotron-H 8B: hybrid, 24 Mamba-2 + 4 attention + 24 MLP layers, squared ReLU",
            _gpt(len(_NEMOTRON_H_8B_PATTERN), 4096, 32, 8, 21504, 131072, gated=False,
                 hybrid=HybridShape(_NEMOTRON_H_8B_PATTERN, state_dim=128, head_dim=64, num_heads=128, num_groups=8)),

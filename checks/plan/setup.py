@@ -67,7 +67,8 @@ def from_preset(preset: Preset, data_parallel: int | None = None, **overrides: A
     training = Training(preset.shape, par, data_parallel=dp, seq_length=preset.seq_length,
                         micro_batch_size=preset.micro_batch_size, sequence_parallel=par.tensor > 1,
                         precision_aware_optimizer=True,
-                        global_batch_size=dp * preset.micro_batch_size * PRESET_MICROBATCHES_PER_STEP)
+                        global_batch_size=dp * preset.micro_batch_size * PRESET_MICROBATCHES_PER_STEP,
+                        **({"moe_top_k": preset.moe_top_k} if preset.moe_top_k else {}))
     notes = [Assumption(f"model and parallel layout from preset {preset.name}: {'; '.join(preset.sources)}"),
              Assumption(f"{PRESET_MICROBATCHES_PER_STEP} micro-batches per step, data-parallel size {dp}"
                         + ("" if data_parallel else " (the smallest the layout allows; set --gpus)"), DATA_PARALLEL),
@@ -156,7 +157,7 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | ShapeUnknown, dat
         flash_attention=str(ctx.get("model.attention_backend") or "auto") not in ("unfused", "local"),
         hidden_dropout=_positive(ctx.get("model.hidden_dropout")),
         attention_dropout=_positive(ctx.get("model.attention_dropout")),
-        moe_top_k=_int(ctx, "model.moe_router_topk", 2),
+        moe_top_k=_int(ctx, "model.moe_router_topk", preset.moe_top_k if preset and preset.moe_top_k else 2),
         capacity_factor=float(ctx.get("model.moe_expert_capacity_factor") or 1.0),
         param_bytes=_param_bytes(ctx), grad_bytes=_grad_bytes(ctx),
         distributed_optimizer=bool(ctx.get("optimizer.use_distributed_optimizer")),
