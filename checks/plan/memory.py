@@ -81,6 +81,10 @@ class Offload:
     activation_offload_fraction: float = 1.0
     optimizer_offload_fraction: float = 0.0  # 0: off
     pin_cpu_grads: bool = True
+    pin_cpu_params: bool = True
+    # HybridDeviceOptimizer pipelines the gradient copy down, the host step and the parameter copy up
+    # tensor by tensor on side streams (optimizer_config.py overlap_cpu_optimizer_d2h_h2d)
+    overlap_cpu_optimizer_d2h_h2d: bool = False
 
 
 NONE = Offload()

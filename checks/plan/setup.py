@@ -247,6 +247,8 @@ def _offload(ctx: Context) -> Offload:
         optimizer_offload_fraction=float(fraction) if ctx.get("optimizer.optimizer_cpu_offload")
         and isinstance(fraction, (int, float)) else 0.0,
         pin_cpu_grads=ctx.get("optimizer.pin_cpu_grads") is not False,
+        pin_cpu_params=ctx.get("optimizer.pin_cpu_params") is not False,
+        overlap_cpu_optimizer_d2h_h2d=ctx.get("optimizer.overlap_cpu_optimizer_d2h_h2d") is True,
     )
 
 
