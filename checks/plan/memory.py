@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from checks.model.optimizer_split import greedy_offload, shard_pieces
+from checks.model.optimizer_split import greedy_selection, shard_pieces
 from checks.model.parameters import Chunk, Tensor, chunk_tensors, stage_chunks
 from checks.model.shape import ModelShape, Parallelism
 from checks.plan import activations as act
-from checks.versions import DEFAULT_VERSION
+from checks.versions import DEFAULT_VERSION, has_feature
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,54 @@ def in_flight(t: Training, stage: int) -> float:
     return min(m * vpp, warmup + 1) / vpp
 
 
+@functools.lru_cache(maxsize=256)
+def chunk_in_flight(t: Training, stage: int) -> tuple[int, ...]:
+    """Micro-batches each of the stage's model chunks holds at the stage's activation peak.
+
+    Which chunk a pass runs matters as soon as chunks differ: only the last chunk of the last stage holds the
+    output layer and loss, only the first chunk of stage 0 the embedding. 1F1B (one chunk): ``min(m, pp - stage)``.
+    Interleaved, replayed as megatron-core runs it (NVIDIA/Megatron-LM@d98e8a64:megatron/core/pipeline_parallel/
+    schedules.py): ``(pp - stage - 1) x 2 + (vpp - 1) x g`` warm-up forwards (:964-965, at most all
+    ``m x vpp`` passes, :976-978), ``g`` the micro-batch group, ``pp`` by default (model_parallel_config.py:567-568);
+    forward pass ``k`` runs the chunk of entry ``k`` of the schedule table, ``g`` micro-batches of chunk 0, then of
+    chunk 1, ... (:989-1016, :1244-1249); each steady step runs one forward then one backward (:1731-1950,
+    forward_backward_helper_wrapper :1473-1530), backward ``k`` on chunk ``vpp - 1 - table[k]`` (:1247-1248), and
+    frees its micro-batch. The peak follows a forward; of those, the one holding the most bytes.
+    """
+    pp, vpp, m = t.par.pipeline, t.par.virtual_pipeline, t.num_microbatches
+    if pp == 1:
+        return (1,) * vpp  # no pipeline schedule: one micro-batch through every chunk at a time
+    if vpp == 1:
+        return (min(m, pp - stage),)
+    weights = _chunk_weights(t, stage)
+    group = pp
+    table = [chunk for low in range(0, m, group) for chunk in range(vpp) for _ in range(low, min(low + group, m))]
+    total = m * vpp
+    warmup = min(total, (pp - stage - 1) * 2 + (vpp - 1) * group)
+    held = [0] * vpp
+    best: tuple[float, tuple[int, ...]] = (-1.0, tuple(held))
+    now = 0.0
+    for forward in range(total):
+        held[table[forward]] += 1
+        now += weights[table[forward]]
+        if now > best[0]:
+            best = (now, tuple(held))
+        if forward >= warmup:  # steady state: the same step runs backward number ``forward - warmup``
+            chunk = vpp - 1 - table[forward - warmup]
+            held[chunk] -= 1
+            now -= weights[chunk]
+    return best[1]
+
+
+def _chunk_weights(t: Training, stage: int) -> tuple[float, ...]:
+    """Bytes one micro-batch leaves in each chunk of the stage: its layers' and its extras.
+
+    Only to find the peak's moment: with full recompute the layers keep less than this, but in the same ratio
+    between chunks of equal layers, so the same moment wins."""
+    return tuple(sum(layer_bytes(t, layer) for layer in chunk.layers) + _extras(t, chunk)
+                 for chunk in _stage_layers(t)[stage])
+
+
 @functools.lru_cache(maxsize=64)
 def _stage_layers(t: Training) -> tuple[tuple[Chunk, ...], ...]:
     stages = stage_chunks(t.shape.num_layers, t.par)
@@ -187,38 +236,46 @@ def _stage_layers(t: Training) -> tuple[tuple[Chunk, ...], ...]:
     return stages
 
 
-def _extras(t: Training, stage: int, last: bool) -> float:
+def _extras(t: Training, chunk: Chunk) -> float:
     """Per micro-batch, outside the layers (Megatron-LM theoretical_memory_usage.py, compute_activation_memory).
 
-    The first stage keeps the token ids (8 bytes per token) and, with dropout, the embedding's dropout
-    mask; the last stage keeps the final norm's and output layer's inputs and the fp32 logits of the
-    cross-entropy, ``4 x (h + V) / t`` bytes per token.
+    The chunk with the embedding (the first of stage 0) keeps the token ids (8 bytes per token) and, with
+    dropout, the embedding's dropout mask; the one with the output layer (the last of the last stage) keeps the
+    final norm's and output layer's inputs and the fp32 logits of the cross-entropy, ``4 x (h + V) / t`` bytes
+    per token.
     """
     tokens = t.tokens_per_microbatch
     out = 0.0
-    if stage == 0:
+    if chunk.first:
         out += 8 * tokens + (tokens * t.shape.hidden_size / (t.par.tensor if t.sequence_parallel else 1)
                              if t.hidden_dropout else 0)
-    if last:
+    if chunk.last:
         out += 4 * tokens * (t.shape.hidden_size + t.shape.vocab_size) / t.par.tensor
     return out
 
 
 def activation_bytes(t: Training, stage: int, offload: Offload = NONE) -> tuple[float, float, dict[str, float]]:
-    """(device bytes at the peak, host bytes, device bytes by module) for a stage's activations."""
-    stages = _stage_layers(t)
-    layers = [layer for chunk in stages[stage] for layer in chunk.layers]
+    """(device bytes at the peak, host bytes, device bytes by module) for a stage's activations.
+
+    Each chunk counts by its own micro-batches in flight at the peak (:func:`chunk_in_flight`); without
+    interleaving that is the stage's ``min(m, pp - stage)``.
+    """
+    chunks = _stage_layers(t)[stage]
+    held = chunk_in_flight(t, stage)
+    layers = [layer for chunk in chunks for layer in chunk.layers]
     per_layer = [layer_bytes(t, layer) for layer in layers]
     flight = in_flight(t, stage)
     by_module: dict[str, float] = {}
-    for layer in layers:
-        for module, value in act.by_module(_kind_terms(t, t.shape.layer_kind(layer))).items():
-            by_module[module] = by_module.get(module, 0.0) + value * t.tokens_per_microbatch * flight
+    for chunk, count in zip(chunks, held, strict=True):
+        for layer in chunk.layers:
+            for module, value in act.by_module(_kind_terms(t, t.shape.layer_kind(layer))).items():
+                by_module[module] = by_module.get(module, 0.0) + value * t.tokens_per_microbatch * count
     if t.recompute == "full":
         resident = _full_recompute(t, layers, per_layer, flight)
         by_module = {"": resident}
     else:
-        resident = sum(per_layer) * flight
+        resident = sum(sum(layer_bytes(t, layer) for layer in chunk.layers) * count
+                       for chunk, count in zip(chunks, held, strict=True))
     host = 0.0
     if offload.cpu_offloading_num_layers:
         # Layers 0 .. N-1 leave the device one commit after their forward (PP must be 1, rule ACT002).
@@ -229,7 +286,7 @@ def activation_bytes(t: Training, stage: int, offload: Offload = NONE) -> tuple[
         moved = _fine_grained_moved(t, layers, offload) * flight
         resident -= moved
         host += moved
-    extras = _extras(t, stage, stage == len(stages) - 1) * flight
+    extras = sum(_extras(t, chunk) * count for chunk, count in zip(chunks, held, strict=True))
     by_module[""] = by_module.get("", 0.0) + extras
     return resident + extras, host, by_module
 
@@ -291,38 +348,103 @@ def _rank_numels(t: Training, stage: int, expert: bool, group: int) -> tuple[tup
                  for pieces in shard_pieces(tensors, expert, group, t.version, t.bucket_size, own, distinct=True))
 
 
-def _optimizer(t: Training, stage: int, expert: bool, group: int, fraction: float) -> tuple[int, int, int, int]:
-    """(device bytes, host bytes, elements, offloaded elements) on the most loaded rank of one instance.
+def pinned_bytes(nbytes: int) -> int:
+    """Host bytes a pinned request of ``nbytes`` takes: the next power of two.
+
+    PyTorch's CUDA caching host allocator (behind ``pin_memory()`` and ``torch.empty(pin_memory=True)``) rounds
+    every request with ``c10::llvm::PowerOf2Ceil`` and never splits a block (torch 2.13.0
+    ATen/core/CachingHostAllocator.h:301-308, up to ``pinned_max_round_threshold``, whose default is SIZE_MAX,
+    c10/core/AllocatorConfig.h:361; unconditional in pytorch/pytorch@04456333 of the same file).
+    """
+    return 1 << (nbytes - 1).bit_length() if nbytes > 0 else 0
+
+
+def host_offload_bytes(t: Training, offload: Offload, pieces: Sequence[int]) -> int:
+    """Host bytes ``HybridDeviceOptimizer`` holds for the offloaded pieces (elements, in optimizer order).
+
+    Per piece of ``n`` elements (NVIDIA/Megatron-LM@d98e8a64:megatron/core/optimizer/cpu_offloading/
+    hybrid_optimizer.py): a pinned copy of the GPU shard (:274, pinned whatever the config says); when that is
+    16-bit (the precision-aware optimizer hands over the bf16 shards, distrib_optimizer.py:491-495; without it
+    the fp32 main shards, :486-490) an fp32 master made from it (:277-278), pinned only where ``pin_cpu_params``
+    is read (:279-280, feature ``pin_cpu_params_honoured``), and the 16-bit copy dropped; at the first step an
+    fp32 gradient buffer, pinned with ``pin_cpu_grads`` (:108-111); torch's AdamW moments, 8 bytes in pageable
+    memory (``zeros_like`` does not pin). Pinned requests go through :func:`pinned_bytes`, and a dropped block
+    stays cached for the next request of its size (CachingHostAllocator.h, ``free`` puts it on the free list
+    of its size): replayed here in upstream's order. Each optimizer instance (dense, expert) is replayed on its
+    own: the two share one cache, so this can only overstate by what one could reuse of the other's.
+    """
+    if not pieces:
+        return 0
+    staged = t.precision_aware_optimizer and t.param_bytes != 4
+    pin_master = not staged or (offload.pin_cpu_params and has_feature(t.version, "pin_cpu_params_honoured"))
+    cached: dict[int, int] = {}  # free blocks by size
+    reserved = pageable = 0
+
+    def allocate(nbytes: int) -> int:
+        nonlocal reserved
+        size = pinned_bytes(nbytes)
+        if cached.get(size):
+            cached[size] -= 1
+        else:
+            reserved += size
+        return size
+
+    for n in pieces:
+        if staged:
+            copy = allocate(t.param_bytes * n)
+            cached[copy] = cached.get(copy, 0) + 1  # dropped once the fp32 master exists
+        if pin_master:
+            allocate(4 * n)
+        else:
+            pageable += 4 * n
+        pageable += 8 * n
+    for n in pieces:
+        if offload.pin_cpu_grads:
+            allocate(4 * n)
+        else:
+            pageable += 4 * n
+    return reserved + pageable
+
+
+def _optimizer(t: Training, stage: int, expert: bool, group: int,
+               offload: Offload) -> tuple[int, int, int, int]:
+    """(device bytes, host bytes, elements, offloaded elements) of one instance: the device bytes and elements of
+    its most loaded rank, the host bytes of its most host-hungry one. Ranks differ by their pieces, and the pinned
+    rounding makes the one with the most GPU bytes not always the one with the most host bytes; each is the
+    maximum so that both only move one way with the fraction.
 
     Distributed optimizer without offloading: per element of the rank's shard, the fp32 main copy of a
     16-bit parameter (or the precision-aware optimizer's dtype) and the two moments. Offloaded elements
     (``HybridDeviceOptimizer``) cost the GPU nothing with the precision-aware optimizer and the 4-byte
-    main shard without it, and the host 16 bytes (fp32 master, two moments, fp32 gradient staging);
+    main shard without it, and the host what :func:`host_offload_bytes` says (16 bytes, pinned ones rounded up);
     elements left on the GPU cost 12 bytes whatever the precision-aware dtypes
     (../shared/upstream notes, section 6.2; hybrid_optimizer.py:251-302).
     """
+    fraction = offload.optimizer_offload_fraction
     main = 0 if t.param_bytes == 4 else t.main_param_bytes
     per_element = main + t.exp_avg_bytes + t.exp_avg_sq_bytes
-    worst = (0, 0, 0, 0)
+    worst = (0, 0, 0)  # device bytes, elements, offloaded elements
+    host = 0
     for numels in _rank_numels(t, stage, expert, group):
         total = sum(numels)
-        moved = greedy_offload(numels, fraction)[0] if fraction > 0 else 0
+        chosen = greedy_selection(numels, fraction) if fraction > 0 else [False] * len(numels)
+        pieces = [n for n, take in zip(numels, chosen, strict=True) if take]
+        moved = sum(pieces)
         if fraction > 0:
             device = (total - moved) * 12 + moved * (0 if t.precision_aware_optimizer else 4)
         else:
             device = total * per_element
-        candidate = (device, moved * 16, total, moved)
-        if candidate[0] > worst[0] or (candidate[0] == worst[0] and candidate[1] > worst[1]):
-            worst = candidate
-    return worst
+        worst = max(worst, (device, total, moved))
+        host = max(host, host_offload_bytes(t, offload, pieces))
+    return worst[0], host, worst[1], worst[2]
 
 
 def stage_memory(t: Training, stage: int, offload: Offload = NONE) -> StageMemory:
     """Bytes of one pipeline stage on its most loaded GPU, and what offloading moves to its host."""
     tensors = _stage_tensors(t, stage)
     numel = sum(tensor.numel for chunk in tensors for tensor in chunk)
-    dense = _optimizer(t, stage, False, t.data_parallel * t.context_parallel, offload.optimizer_offload_fraction)
-    expert = _optimizer(t, stage, True, t.expert_data_parallel, offload.optimizer_offload_fraction) \
+    dense = _optimizer(t, stage, False, t.data_parallel * t.context_parallel, offload)
+    expert = _optimizer(t, stage, True, t.expert_data_parallel, offload) \
         if any(tensor.expert for chunk in tensors for tensor in chunk) else (0, 0, 0, 0)
     device, host, by_module = activation_bytes(t, stage, offload)
     return StageMemory(
