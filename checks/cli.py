@@ -248,11 +248,15 @@ def _plan(args: argparse.Namespace) -> int:
     if not configured:
         if preset is None:
             raise InputError("--preset", "TARGET=NAME names a model of a config; give a config, or --preset NAME")
-        result = plan_preset(preset, dims, budget)
+        version, _ = environment(args)  # the megatron-core version a config would be read in (--mcore-version)
+        result = plan_preset(preset, dims, budget, version)
     else:
         where = args.files[0] if args.files else "--command" if args.command_line else \
             f"--recipe {args.recipe}" if args.recipe else "--argv" if args.argv else "--set"
-        result = plan_configs(load(request(args)), preset, per_target, dims, budget, where)
+        # Bare --set overrides are no config file: over a preset they change the preset's job, whose training
+        # settings fill what they leave unsaid (checks/plan/setup.py); a file or command states its own.
+        result = plan_configs(load(request(args)), preset, per_target, dims, budget, where,
+                              overrides_only=where == "--set")
     if args.plot:  # first: a plot that cannot be drawn is an error, and an error prints no plan
         render.plot_all(result, args.plot)
     print(render.render_json_all(result) if args.format == "json" else render.render_text_all(result))

@@ -48,6 +48,9 @@ _DEST_ALIASES: Mapping[str, tuple[str, ...]] = {
     "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size",),
     "cuda_graph_scope_deprecated": ("model.cuda_graph_scope",),
     "te_rng_tracker": ("model.use_te_rng_tracker",),
+    # NVIDIA/Megatron-LM@d98e8a64:megatron/training/argument_utils.py:310-311
+    "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage",),
+    "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage",),
 }
 _IMPLIES = "implied by --cpu-offloading-num-layers > 0 (megatron/training/arguments.py, validate_args)"
 _SELECTIVE = "--recompute-activations sets recompute_granularity='selective' (megatron/training/arguments.py)"
@@ -354,6 +357,11 @@ class _Parser:
                 continue
             if spec.dest in _SHAPE_DESTS:
                 out[f"run.{spec.dest}"] = spec.default
+                continue
+            gqa = self.values.get("group_query_attention")
+            if spec.dest == "num_query_groups" and not (gqa and gqa[1] is True):
+                # Without --group-query-attention the config gets None, which megatron-core reads as one group per
+                # head (NVIDIA/Megatron-LM@d98e8a64:megatron/training/argument_utils.py:330-333), not the flag's 1.
                 continue
             for path in self._paths(spec.dest):
                 section, _, name = path.partition(".")

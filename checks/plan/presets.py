@@ -55,7 +55,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
             "meta-llama/Meta-Llama-3-8B-Instruct")),
     Preset("llama3-70b", "Llama 3 70B: dense, GQA 64/8, SwiGLU",
            _gpt(80, 8192, 64, 8, 28672, 128256), Parallelism(tensor=8, pipeline=4), 8192, 1,
-           ("https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",),
+           # Megatron-LM has no argument file for a Llama 3 70B at d98e8a64 (its modelopt conf holds 3.1-8B and 3.2-1B)
+           ("https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
+            "NVIDIA-NeMo/Megatron-Bridge@dc944b9c:src/megatron/bridge/models/llama/llama_provider.py:191-205 "
+            "(Llama3ModelProvider70B, the model catalogue's row)"),
            ("meta-llama/Meta-Llama-3-70B", "meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.3-70B-Instruct")),
     Preset("qwen3-30b-a3b", "Qwen3-30B-A3B: 128 experts, top-8, QK norm",
            _gpt(48, 2048, 32, 4, 6144, 151936, kv=128, qk_norm=True, moe=_moe(48, 128, 768)),
@@ -76,7 +79,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            ("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"), moe_top_k=2),
     Preset("deepseek-v3",
            "DeepSeek-V3: MLA, 256 routed experts + 1 shared, top-8, first 3 layers dense (MTP not modelled)",
-           _gpt(61, 7168, 128, 128, 18432, 129280, kv=128, moe=_moe(61, 256, 2048, shared=2048, dense_first=3),
+           # QK norm: DeepSeek-R1.sh:26 (--qk-layernorm, the layer norms of the q and kv latents)
+           _gpt(61, 7168, 128, 128, 18432, 129280, kv=128, qk_norm=True,
+                moe=_moe(61, 256, 2048, shared=2048, dense_first=3),
                 mla=MLAShape(q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
                              v_head_dim=128)),
            Parallelism(tensor=1, pipeline=8, expert=64, first_stage_layers=7, last_stage_layers=6), 4096, 1,
