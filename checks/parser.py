@@ -120,8 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpu-memory-gib", type=float, help="GPU memory to plan for, instead of the hardware's")
     plan.add_argument("--headroom", type=float, default=0.1,
                       help="share of GPU memory kept free (default: %(default)s)")
-    plan.add_argument("--mfu", type=float, default=0.4, help="model-FLOPs utilisation for the step-time "
-                      "estimate (default: %(default)s)")
+    plan.add_argument("--mfu", type=float, default=None,
+                      help="compute efficiency for the step-time estimate, a share of the GPU's dense bf16 peak "
+                      "(default: the published one for the model family, hardware and precision, "
+                      "checks/data/efficiency.json)")
     plan.add_argument("--format", default="text", choices=("text", "json"))
     plan.add_argument("--plot", metavar="FILE.png", help="plot peak memory against the optimizer offload fraction")
     plan.set_defaults(variables=[], te_version=None)  # what check's environment options would give

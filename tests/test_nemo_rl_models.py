@@ -378,8 +378,8 @@ def test_ppo_plan_reports_both_models(tmp_path: Path, capsys: pytest.CaptureFixt
     code, out, err = cli(capsys, "plan", path)
     assert err == "" and code in (0, 1)
     firsts = [line for line in out.splitlines() if line.startswith("plan")]
-    assert firsts == ["plan [policy]: config (model from preset llama3-8b) on h100-sxm (vendor specification)",
-                      "plan [value]: config (model from preset llama3-8b) on h100-sxm (vendor specification)"]
+    assert firsts == ["plan [policy]: config (model from preset llama3-8b) on h100-sxm (published figures)",
+                      "plan [value]: config (model from preset llama3-8b) on h100-sxm (published figures)"]
     assert out.splitlines()[-1].startswith("models: policy: ") and "; value: " in out.splitlines()[-1]
     code_json, out, _ = cli(capsys, "plan", path, "--format", "json")
     document = json.loads(out)

@@ -16,7 +16,7 @@ from checks.model.optimizer_split import greedy_selection
 from checks.model.parameters import chunk_tensors, stage_chunks
 from checks.model.shape import ModelShape, MoEShape, Parallelism
 from checks.plan.hardware import HARDWARE
-from checks.plan.memory import Offload, Training, layer_bytes, plan_memory, stage_memory
+from checks.plan.memory import Offload, Training, host_offload_bytes, layer_bytes, plan_memory, stage_memory
 from checks.plan.presets import PRESETS
 from checks.plan.recommend import Budget, recommend
 from checks.plan.throughput import step_cost
@@ -71,14 +71,18 @@ def test_model_states_are_exactly_what_sharding_and_the_split_give(shape: ModelS
     tensors = list(chunk_tensors(shape, t.par, chunk))
     numel = sum(x.numel for x in tensors)
     assert memory.weights_bytes == 2 * numel and memory.grads_bytes == 4 * numel
-    worst = (0, 0)
+    device_worst = host_worst = 0
+    offload = Offload(optimizer_offload_fraction=fraction)
     for pieces in _brute_force_ranks(tensors, dp, bucket_size):
         sizes = [n for _, n in pieces]
-        moved = sum(n for n, take in zip(sizes, greedy_selection(sizes, fraction), strict=True) if take) \
-            if fraction else 0
-        device = (sum(sizes) - moved) * 12 if fraction else sum(sizes) * 12
-        worst = max(worst, (device, moved * 16))
-    assert (memory.optimizer_bytes, memory.host_optimizer_bytes) == worst
+        taken = [n for n, take in zip(sizes, greedy_selection(sizes, fraction), strict=True) if take] \
+            if fraction else []
+        device = (sum(sizes) - sum(taken)) * 12 if fraction else sum(sizes) * 12
+        # the host side of each piece, by the pinned allocator's rule (tests/test_plan_memory_defects.py); the most
+        # host-hungry rank need not be the most loaded GPU
+        device_worst = max(device_worst, device)
+        host_worst = max(host_worst, host_offload_bytes(t, offload, taken))
+    assert (memory.optimizer_bytes, memory.host_optimizer_bytes) == (device_worst, host_worst)
 
 
 FRACTION_PAIRS = st.tuples(st.floats(0, 1), st.floats(0, 1)).map(sorted)
@@ -91,19 +95,22 @@ def test_more_optimizer_offload_never_uses_more_gpu_memory(fractions: list[float
     low, high = (stage_memory(t, 0, Offload(optimizer_offload_fraction=f)) for f in fractions)
     if fractions[0] > 0:
         assert high.device_bytes <= low.device_bytes and high.host_bytes >= low.host_bytes
-    for memory in (low, high):  # the host holds 16 bytes per offloaded element, as upstream allocates them
-        assert memory.host_optimizer_bytes == 16 * memory.optimizer_offloaded_elements
+    for memory in (low, high):  # the host holds at least 16 bytes per offloaded element (pinned ones round up)
+        assert memory.host_optimizer_bytes >= 16 * memory.optimizer_offloaded_elements
 
 
 @settings(max_examples=40, deadline=None)
 @given(FRACTION_PAIRS.filter(lambda pair: pair[0] > 0), st.booleans())
 def test_the_host_gains_what_the_gpu_sheds_as_upstream_allocates_it(fractions: list[float], moe: bool) -> None:
-    """Per element moved: 12 GPU bytes (precision-aware optimizer) shed, 16 host bytes taken (notes, 6.2)."""
+    """Per element moved: 12 GPU bytes (precision-aware optimizer) shed; on the host the 12 pageable bytes of the
+    fp32 master and moments exactly (pin_cpu_params is not read in the default version), and a pinned gradient
+    buffer of 4 rounded up to at most 8, plus at most 4 of cached bf16 copy (notes, 6.2; the allocator's rule in
+    tests/test_plan_memory_defects.py)."""
     t = Training(MOE if moe else SHAPE, Parallelism(), data_parallel=1, precision_aware_optimizer=True)
     low, high = (stage_memory(t, 0, Offload(optimizer_offload_fraction=f)) for f in fractions)
     moved = high.optimizer_offloaded_elements - low.optimizer_offloaded_elements
     assert low.optimizer_bytes - high.optimizer_bytes == 12 * moved
-    assert high.host_optimizer_bytes - low.host_optimizer_bytes == 16 * moved
+    assert 12 * moved <= high.host_optimizer_bytes - low.host_optimizer_bytes <= 24 * moved
 
 
 @pytest.mark.parametrize("shape", [SHAPE, MOE], ids=["dense", "moe"])
@@ -204,11 +211,12 @@ def test_the_planner_offers_no_layer_count_the_checker_warns_about() -> None:
     """ACT008 warns at num_layers - 1; where only that count would fit, the layer-level option stops below it."""
     t = Training(PRESETS["llama3-8b"].shape, Parallelism(), data_parallel=8, seq_length=16384, global_batch_size=64,
                  precision_aware_optimizer=True)
-    rec = recommend(t, Budget(HARDWARE["h100-sxm"]))
+    budget = Budget(replace(HARDWARE["h100-sxm"], gpu_memory_bytes=80 * 10**9))  # where only num_layers - 1 fits
+    rec = recommend(t, budget)
     layer = next(o for o in rec.options if o.mechanism == "layer-level activation offload")
     assert layer.settings["cpu_offloading_num_layers"] == t.shape.num_layers - 2
     deep = stage_memory(t, 0, Offload(cpu_offloading_num_layers=t.shape.num_layers - 1))
-    assert deep.device_bytes <= Budget(HARDWARE["h100-sxm"]).device_bytes  # the count it left out would fit
+    assert deep.device_bytes <= budget.device_bytes  # the count it left out would fit
 
 
 def test_a_preset_step_fills_every_presets_pipeline() -> None:
@@ -229,10 +237,11 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_plan_preset_text_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "--preset", "llama3-70b", "--gpus", "64")
     assert (code, err) == (0, "")
-    assert out.splitlines()[0] == "plan: preset llama3-70b on h100-sxm (vendor specification)"
+    assert out.splitlines()[0] == "plan: preset llama3-70b on h100-sxm (published figures)"
     assert "recommendation: fits without offloading" in out
     code, out, _ = run(capsys, "--preset", "llama3-8b", "--gpus", "8")
-    assert code == 1 and "DOES NOT FIT" in out and "recommendation: use " in out
+    # full recompute (+31%) is priced below layer offload (+38%) by the step-time model, so "use full recompute"
+    assert code == 1 and "DOES NOT FIT" in out and "use full recompute" in out and "\n  set " in out
 
 
 def test_plan_json_contract(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,8 +7,8 @@ written, and the run exits 1 listing each stale file with the command that fixes
 Offline (a fresh clone, no git mirrors) every file is still checked:
 
 - the documents generated from the code or from committed artifacts (``reference/rules.md``,
-  ``reference/parameters.md``, ``reference/memory-model.md``, ``reference/differential.md``) are regenerated
-  in full;
+  ``reference/parameters.md``, ``reference/memory-model.md``, ``reference/differential.md``) and the planner's
+  validation (``reference/benchmarks/planner_validation.json``) are regenerated in full;
 - a data table read from upstream source (``checks/data/*.json``) is re-rendered: its committed data put
   through its tool's own writer, so formatting drift shows, and where the tool can read what is installed,
   checked against that too (``mcore_fields.json``'s profile of the installed megatron-core wheel).
@@ -26,7 +26,9 @@ is regenerated only when ``--mlm-flags-python`` (or ``MLM_FLAGS_PYTHON``) is giv
 
 Measured artifacts (``reference/benchmarks/*.json``: benchmarks, the differential runs, the memory-model
 measurements) are inputs here, not outputs: they record a measurement, and each records the command that
-made it (CONTRIBUTING.md, "Measure").
+made it (CONTRIBUTING.md, "Measure"). The one exception is ``reference/benchmarks/planner_validation.json``:
+it is the planner's own output on the published cases of ``tools/data/published_cases.json``, so it is
+regenerated (offline, in seconds) like a document, and goes stale whenever the planner's numbers move.
 """
 
 from __future__ import annotations
@@ -178,7 +180,18 @@ def _parameters_md(_: Sources) -> str:
 
 def _memory_model_md(_: Sources) -> str:
     data = json.loads((ROOT / "reference/benchmarks/activation_validation.json").read_text(encoding="utf-8"))
-    text: str = tool("memory_report").markdown(data)
+    planner = json.loads((ROOT / "reference/benchmarks/planner_validation.json").read_text(encoding="utf-8"))
+    text: str = tool("memory_report").markdown(data, planner)
+    return text
+
+
+def _planner_validation(_: Sources) -> str:
+    text: str = tool("planner_validation").produce()
+    return text
+
+
+def _validation_bands(_: Sources) -> str:
+    text: str = tool("planner_validation").produce_bands()
     return text
 
 
@@ -240,6 +253,23 @@ def _bridge_recipes_rerender(text: str) -> str:
     return rendered
 
 
+def _efficiency(src: Sources) -> str:
+    with tempfile.TemporaryDirectory(prefix="generate-efficiency-") as scratch:
+        out = Path(scratch) / "efficiency.json"
+        run_tool("efficiency", "--bridge-git", src.bridge or "", "--out", out)
+        return out.read_text(encoding="utf-8")
+
+
+def _efficiency_rerender(text: str) -> str:
+    rendered: str = tool("efficiency").dump(json.loads(text))
+    return rendered
+
+
+def _efficiency_verify(text: str) -> list[str]:
+    problems: list[str] = tool("efficiency").verify(json.loads(text))
+    return problems
+
+
 def _anchors(src: Sources) -> str:
     """Every check's line per version, from the mirrors given; a repository not given keeps its committed lines
     (Transformer Engine has none here: its two lines are kept as committed)."""
@@ -280,6 +310,9 @@ GENERATED: tuple[Generated, ...] = (  # in the order they are written: a file be
               how="tools/bridge_fields.py --bridge BRIDGE --megatron-lm MEGATRON_LM (the pinned --ref)"),
     Generated("checks/data/bridge_recipes.json", _bridge_recipes, ("bridge",), _bridge_recipes_rerender,
               how="tools/bridge_recipes.py --bridge-git BRIDGE --out FILE (the pinned --commit)"),
+    Generated("checks/data/efficiency.json", _efficiency, ("bridge",), _efficiency_rerender, _efficiency_verify,
+              how="tools/efficiency.py --bridge-git BRIDGE --out FILE (Bridge's performance tables, inverted through "
+                  "checks/plan/throughput.py)"),
     Generated("checks/data/framework_pins.json",
               lambda src: run_tool("framework_pins", "--nemo-rl", src.nemo_rl or "", "--bridge", src.bridge or "",
                                    "--megatron-lm", src.megatron_lm or ""),
@@ -304,8 +337,13 @@ GENERATED: tuple[Generated, ...] = (  # in the order they are written: a file be
               how="python -m checks rules --format markdown (from the rules and checks/data/)"),
     Generated("reference/parameters.md", _parameters_md,
               how="python -m checks rules --format parameters (from checks/data/ and the rules' examples)"),
+    Generated("reference/benchmarks/planner_validation.json", _planner_validation,
+              how="tools/planner_validation.py: the planner on tools/data/published_cases.json"),
+    Generated("checks/data/validation_bands.json", _validation_bands,
+              how="tools/planner_validation.py produce_bands(), from reference/benchmarks/planner_validation.json"),
     Generated("reference/memory-model.md", _memory_model_md,
-              how="tools/memory_report.py markdown(), from reference/benchmarks/activation_validation.json"),
+              how="tools/memory_report.py markdown(), from reference/benchmarks/activation_validation.json and "
+                  "reference/benchmarks/planner_validation.json"),
     Generated("reference/differential.md", _differential_md,
               how="tools/differential_matrix.py markdown(), from reference/benchmarks/differential.json"),
 )

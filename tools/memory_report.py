@@ -6,7 +6,9 @@ backward (``benchmarks/saved_tensors.py``) over a grid of sequence lengths and m
 compares them with the planner's profiles (``checks/plan/activations.py``). It also sets the planner's
 Megatron-Core/Transformer Engine estimate beside Megatron-LM's ``theoretical_memory_usage`` formula and
 Korthikanti et al. (2022) for the presets. Writes ``reference/benchmarks/activation_validation.json``
-and ``reference/memory-model.md`` (generated from that artifact; tests/test_docs.py keeps them in step).
+and ``reference/memory-model.md`` (generated from that artifact and from the planner's validation against
+published jobs, ``reference/benchmarks/planner_validation.json`` by ``tools/planner_validation.py``;
+tests/test_docs.py and tools/generate.py keep them in step).
 
 Usage: python tools/memory_report.py
 """
@@ -21,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 ARTIFACT = ROOT / "reference" / "benchmarks" / "activation_validation.json"
+PLANNER_ARTIFACT = ROOT / "reference" / "benchmarks" / "planner_validation.json"  # tools/planner_validation.py
 REPORT = ROOT / "reference" / "memory-model.md"
 GRID = [(1, 128), (2, 256), (4, 512), (8, 1024), (1, 2048)]  # (micro-batch size, sequence length)
 
@@ -102,7 +105,13 @@ def _largest_error(rows: list[dict[str, Any]]) -> float:
     return max(abs(r["predicted"] - r["measured"]) / r["measured"] for r in rows)
 
 
-def markdown(data: dict[str, Any]) -> str:
+def markdown(data: dict[str, Any], planner: dict[str, Any] | None = None) -> str:
+    """The report from the activation measurements and the planner's validation against published jobs
+    (``planner``: ``reference/benchmarks/planner_validation.json``'s data, read from the file when not given)."""
+    if planner is None:
+        import json
+
+        planner = json.loads(PLANNER_ARTIFACT.read_text(encoding="utf-8"))
     rows = data["validation"]
     worst = _largest_error(rows)
     dirty = " + local changes" if data["revision"]["git_dirty"] else ""
@@ -168,16 +177,56 @@ def markdown(data: dict[str, Any]) -> str:
         "rows (top-k copies of each token); it drops what flash attention does not keep (the scores). "
         "Neither formula models offloading.",
         "",
+        *planner_section(planner),
         "## Known limits",
         "",
         "- Multi-latent attention (DeepSeek) and Mamba-2 layers (Nemotron-H) are estimates from the module "
         "structure, not measured; multi-token prediction is not modelled.",
-        "- Throughput: step time is FLOPs at an assumed utilisation (`--mfu`); offload overhead is the copy "
-        "and host-optimizer time a step cannot hide, at vendor link and memory bandwidth unless "
-        "`python -m checks probe` measured them.",
+        "- Throughput: the step-time model's errors on measured jobs are in the table above; a job unlike "
+        "every case there (another model family, hardware or precision) has no validated error band.",
         "",
     ]
     return "\n".join(lines)
+
+
+def planner_section(planner: dict[str, Any]) -> list[str]:
+    """The planner against published jobs: the table of ``reference/benchmarks/planner_validation.json``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("planner_validation", Path(__file__).with_name(
+        "planner_validation.py"))
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tool  # its dataclasses look their module up while it is defined
+    spec.loader.exec_module(tool)
+    bounds = ", ".join(f"{kind} ±{bound:g}%" for kind, bound in planner["bounds_pct"].items() if bound is not None)
+    worst = "; ".join(f"{kind} {w['error_pct']:+.2f}% (`{w['case']}`" + (f", stage {w['stage']}" if "stage" in w
+                                                                            else "") + ")"
+                      for kind, w in planner["summary"]["largest_errors"].items())
+    outside = planner["summary"]["outside_bounds"]
+    lines = [
+        "## The planner against published jobs",
+        "",
+        "Generated from `reference/benchmarks/planner_validation.json` (`python tools/planner_validation.py`; "
+        "the cases, each value with its source line, are in `tools/data/published_cases.json`). Each case is "
+        "planned as a user would give it (the command is in the artifact) and compared per metric: model states "
+        "(memory allocated after a step, against weights + gradients + optimizer state), peak, what optimizer "
+        "offload saves, the step time and the time offload adds. Error is prediction / published - 1; GB are "
+        "10^9 bytes. Where the source does not say which pipeline stage it measured, every stage is shown "
+        f"(s0, s1, ...). Bounds: {bounds}. Step-time model: {', '.join(planner['step_model']) or 'none'}.",
+        "",
+        tool.markdown_table(planner),
+        "",
+        f"Largest errors: {worst}.",
+        "",
+    ]
+    if outside:
+        lines += [f"Outside the bounds: {len(outside)} case metrics ("
+                  + ", ".join(f"`{o['case']}` {o['metric']} {o['error_pct']:+.1f}%" for o in outside) + ").", ""]
+    if planner["unexpressed"]:
+        lines += ["Published cases the planner does not express, with its reason:", "",
+                  tool.markdown_unexpressed(planner), ""]
+    return lines
 
 
 def main() -> int:

@@ -14,11 +14,14 @@ from dataclasses import dataclass, replace
 
 from checks.config import CanonicalConfig
 from checks.errors import InputError
+from checks.plan.confidence import Band, closest
 from checks.plan.hardware import HARDWARE, load_profile
-from checks.plan.memory import Offload, StageMemory, plan_memory
+from checks.plan.memory import NONE, Offload, StageMemory, plan_memory
 from checks.plan.presets import PRESETS, Preset, catalogue_preset, preset_for_model_name
-from checks.plan.recommend import FRACTIONS, Budget, Recommendation, host_per_node, peak, recommend
-from checks.plan.setup import DATA_PARALLEL, Job, from_config, from_preset
+from checks.plan.recommend import FRACTIONS, Budget, Recommendation, host_per_node, peak, recommend, timed
+from checks.plan.setup import DATA_PARALLEL, Job, check_expert_layout, from_config, from_preset
+from checks.plan.throughput import StepTime
+from checks.versions import DEFAULT_VERSION
 
 FITS, FITS_WITH_CHANGE, DOES_NOT_FIT = "fits", "fits_with_change", "does_not_fit"
 
@@ -42,6 +45,9 @@ class Planned:
     configured: tuple[StageMemory, ...]  # the most loaded GPU of each pipeline stage, with the config's offload
     configured_host_bytes_per_node: int
     status: str  # FITS (as configured), FITS_WITH_CHANGE (an option fits) or DOES_NOT_FIT
+    configured_time: StepTime | None = None  # the step as configured (with its own offload settings)
+    baseline_time: StepTime | None = None  # the same step without any offloading, what offload costs against
+    band: Band | None = None  # the validated errors of the published case closest to the recommendation
 
     @property
     def configured_peak_bytes(self) -> int:
@@ -89,9 +95,10 @@ class Plan:
 
 
 def budget_for(hardware: str, profile: str | None, gpu_memory_gib: float | None, headroom: float,
-               mfu: float) -> Budget:
-    """The GPU and host memory to plan for: a node type, or a probed profile, optionally with less GPU memory."""
-    if not 0 <= headroom < 1 or not 0 < mfu <= 1:
+               mfu: float | None = None) -> Budget:
+    """The GPU and host memory to plan for: a node type, or a probed profile, optionally with less GPU memory.
+    ``mfu``: the compute efficiency to price steps at, or None for the published one."""
+    if not 0 <= headroom < 1 or (mfu is not None and not 0 < mfu <= 1):
         raise InputError("plan", "--headroom must be in [0, 1) and --mfu in (0, 1]")
     if profile:
         node = load_profile(profile)
@@ -105,7 +112,7 @@ def budget_for(hardware: str, profile: str | None, gpu_memory_gib: float | None,
                                                  f"{gpu_memory_gib}")
         node = replace(node, gpu_memory_bytes=int(gpu_memory_gib * 2**30),
                        name=f"{node.name} with {gpu_memory_gib:g} GiB")
-    return Budget(node, headroom, mfu=mfu)
+    return Budget(node, headroom, efficiency=mfu)
 
 
 def presets(given: Sequence[str]) -> tuple[Preset | None, dict[str, Preset]]:
@@ -134,16 +141,17 @@ def presets(given: Sequence[str]) -> tuple[Preset | None, dict[str, Preset]]:
     return (bare[0] if bare else None), per_target
 
 
-def plan_preset(preset: Preset, dims: Dimensions, budget: Budget) -> Plan:
-    """The plan of a preset's job, with the command line's dimensions."""
-    return Plan((planned(adjust(from_preset(preset), dims), budget),))
+def plan_preset(preset: Preset, dims: Dimensions, budget: Budget, version: str = DEFAULT_VERSION) -> Plan:
+    """The plan of a preset's job, with the command line's dimensions, in megatron-core ``version``."""
+    return Plan((planned(adjust(from_preset(preset, version=version), dims), budget),))
 
 
 def plan_configs(configs: Sequence[CanonicalConfig], preset: Preset | None, per_target: Mapping[str, Preset],
-                 dims: Dimensions, budget: Budget, where: str) -> Plan:
+                 dims: Dimensions, budget: Budget, where: str, *, overrides_only: bool = False) -> Plan:
     """A plan per model: trained ones in full, forward-only and unbuilt ones as a note. A trained model the
     planner cannot size is an input error naming every such model, never a model left out. ``where``: how
-    errors name the input (its first file, or the option that gave it)."""
+    errors name the input (its first file, or the option that gave it). ``overrides_only``: the configs are
+    bare ``--set`` overrides, so a model from ``preset`` is that preset's job with them (checks/plan/setup.py)."""
     from checks.context import Context
     from checks.engine import run
 
@@ -169,7 +177,14 @@ def plan_configs(configs: Sequence[CanonicalConfig], preset: Preset | None, per_
             entries.append(Unplanned(target, "not_built", ctx.cfg.role_reason))
             continue
         chosen = per_target.get(target or "") or (preset if name is None or name == first_name else None)
-        found = from_config(ctx, preset=chosen)
+        try:
+            found = from_config(ctx, preset=chosen, overrides_only=overrides_only)
+        except InputError as err:
+            if role != "inference":
+                raise
+            # a model that runs forward only is still shown, with why the planner cannot size it
+            entries.append(Unplanned(target, "inference_only", ctx.cfg.role_reason, unsized=err.render()))
+            continue
         if role == "inference":
             why = "" if isinstance(found, Job) else found.split("; add --preset")[0] + f"; add --preset {target}=NAME"
             entries.append(Unplanned(target, "inference_only", ctx.cfg.role_reason,
@@ -199,7 +214,15 @@ def planned(job: Job, budget: Budget) -> Planned:
         status = FITS
     else:
         status = FITS_WITH_CHANGE if rec.choice is not None else DOES_NOT_FIT
-    return Planned(job, rec, tuple(stages), host, status)
+    t = job.training
+    configured = timed(t, job.offload, budget, stages)
+    baseline = configured if job.offload == NONE else timed(t, NONE, budget)
+    # The band of the job as it will run: the recommended option's offload, or the job's own when it fits as is.
+    chosen = rec.choice.settings if rec.choice is not None and status != FITS else {}
+    fraction = float(chosen.get("optimizer_offload_fraction", 0.0)) if chosen \
+        else job.offload.optimizer_offload_fraction
+    band = closest(t, Offload(optimizer_offload_fraction=fraction), budget.hardware)
+    return Planned(job, rec, tuple(stages), host, status, configured, baseline, band)
 
 
 def adjust(job: Job, dims: Dimensions) -> Job:
@@ -213,10 +236,12 @@ def adjust(job: Job, dims: Dimensions) -> Job:
             model = "" if job.target is None else f" ([{job.target}])"
             raise InputError("--gpus", f"{dims.gpus} GPUs are not a multiple of TP x PP x CP = {per_replica}{model}")
         data_parallel = dims.gpus // per_replica
+        check_expert_layout(replace(t, data_parallel=data_parallel), "--gpus")
         notes = [n for n in notes if n.about != DATA_PARALLEL]  # the GPU count replaces the assumed size
     micro = dims.micro_batch_size or t.micro_batch_size
     global_batch = dims.global_batch_size or t.global_batch_size
-    if dims.gpus and not dims.global_batch_size and job.batch_per_rank:
+    if (dims.gpus or dims.micro_batch_size) and not dims.global_batch_size and job.batch_per_rank:
+        # a preset's step is so many micro-batches per data-parallel rank, whatever their size or number of ranks
         global_batch = data_parallel * micro * t.num_microbatches
     training = replace(t, data_parallel=data_parallel, seq_length=dims.seq_length or t.seq_length,
                        micro_batch_size=micro, global_batch_size=global_batch)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from checks.config import Environment
 from checks.plan.hardware import Hardware
 from checks.plan.memory import NONE, Offload, StageMemory, Training, plan_memory
-from checks.plan.throughput import attention_score_flops, step_cost, step_flops
+from checks.plan.throughput import StepTime, step_time
 
 if TYPE_CHECKING:
     from checks.engine import Finding
@@ -40,7 +40,9 @@ class Budget:
     hardware: Hardware
     headroom: float = 0.1  # share of GPU memory kept free (allocator fragmentation, CUDA context, NCCL)
     host_headroom: float = 0.2  # share of host memory kept free (OS, data loaders, page cache)
-    mfu: float = 0.4
+    # compute efficiency (share of dense bf16 peak): None for the published one (checks/data/efficiency.json),
+    # a number when --mfu gives it
+    efficiency: float | None = None
 
     @property
     def device_bytes(self) -> int:
@@ -57,9 +59,10 @@ class Option:
     settings: dict[str, Any]  # Megatron-Core names
     peak_device_bytes: int
     host_bytes_per_node: int
-    slowdown: float
+    slowdown: float  # step time over the job's without offloading, less 1: 0.1 is 10% slower
     fits: bool
     note: str = ""
+    step_s: float = 0.0  # the whole step (its slowest pipeline stage)
 
 
 @dataclass(frozen=True)
@@ -196,13 +199,20 @@ def _need(finding: Finding) -> str:
     return f"{finding.fix} ({finding.rule})"
 
 
+def timed(t: Training, offload: Offload, budget: Budget, stages: list[StageMemory] | None = None) -> StepTime:
+    """The step time of ``t`` with ``offload`` on the budget's hardware, at its efficiency."""
+    return step_time(t, offload, budget.hardware, budget.efficiency, memory=stages)
+
+
 def _option(t: Training, offload: Offload, budget: Budget, mechanism: str, settings: dict[str, Any],
-            note: str = "") -> Option:
+            note: str = "", base_s: float | None = None) -> Option:
+    """``base_s``: the step without offloading (computed when not given), the measure of the slowdown."""
     stages = plan_memory(t, offload)
     device, host = peak(stages), host_per_node(stages, budget.hardware, t.world_size)
-    cost = step_cost(t, offload, budget.hardware, budget.mfu, stage=stages[0])
-    return Option(mechanism, settings, device, host, cost.slowdown,
-                  device <= budget.device_bytes and host <= budget.host_bytes_per_node, note)
+    step = timed(t, offload, budget, stages).step_s
+    base = base_s if base_s is not None else timed(t, NONE, budget).step_s
+    return Option(mechanism, settings, device, host, step / base - 1 if base else 0.0,
+                  device <= budget.device_bytes and host <= budget.host_bytes_per_node, note, step)
 
 
 def _first_fitting(options: list[Option]) -> Option:
@@ -230,10 +240,12 @@ def recommend(t: Training, budget: Budget, environment: Environment | None = Non
     environment, for the checker (a variable an option needs that the job already sets is not a requirement)."""
     baseline = plan_memory(t, NONE)
     options: list[Option] = []
+    base_s = timed(t, NONE, budget, baseline).step_s
     if peak(baseline) <= budget.device_bytes:
-        nothing = Option("none", {}, peak(baseline), 0, 0.0, True)
+        nothing = Option("none", {}, peak(baseline), 0, 0.0, True, step_s=base_s)
         return Recommendation(budget, baseline, [nothing], nothing, "fits without offloading")
     checker = Checker(t, environment)
+    _option_at = functools.partial(_option, base_s=base_s)
 
     def optimizer(fraction: float) -> dict[str, Any]:
         return {"optimizer_cpu_offload": True, "optimizer_offload_fraction": fraction,
@@ -241,7 +253,7 @@ def recommend(t: Training, budget: Budget, environment: Environment | None = Non
 
     fractions = [f for f in FRACTIONS if checker.verdict(optimizer(f)).accepted]
     if fractions:
-        options.append(_smallest(lambda i: _option(
+        options.append(_smallest(lambda i: _option_at(
             t, Offload(optimizer_offload_fraction=fractions[i]), budget, "optimizer offload",
             optimizer(fractions[i])), 0, len(fractions) - 1))
 
@@ -254,7 +266,7 @@ def recommend(t: Training, budget: Budget, environment: Environment | None = Non
     if high >= 1 and checker.verdict(layers(1)).accepted:
         while not checker.verdict(layers(high)).accepted:
             high -= 1
-        options.append(_smallest(lambda n: _option(
+        options.append(_smallest(lambda n: _option_at(
             t, Offload(cpu_offloading_num_layers=n), budget, "layer-level activation offload", layers(n)), 1, high))
 
     def fine_grained(modules: tuple[str, ...]) -> dict[str, Any]:
@@ -263,17 +275,18 @@ def recommend(t: Training, budget: Budget, environment: Environment | None = Non
     sets = [m for m in DENSE_MODULE_SETS + (MOE_MODULE_SETS if t.shape.moe is not None else ())
             if checker.verdict(fine_grained(m)).accepted]
     if sets:
-        options.append(_first_fitting([_option(t, Offload(offload_modules=m), budget,
+        options.append(_first_fitting([_option_at(t, Offload(offload_modules=m), budget,
                                                "fine-grained activation offload", fine_grained(m)) for m in sets]))
         both = {**fine_grained(sets[-1]), **optimizer(1.0)}
         if checker.verdict(both).accepted:
-            options.append(_option(t, Offload(offload_modules=sets[-1], optimizer_offload_fraction=1.0), budget,
+            options.append(_option_at(t, Offload(offload_modules=sets[-1], optimizer_offload_fraction=1.0), budget,
                                    "fine-grained activation offload + optimizer offload", both))
-    options += _alternatives(t, budget)
+    options += _alternatives(t, budget, base_s)
     # Every option offered is one the checker accepts, whatever the searches assumed above.
     options = [_noted(o, checked) for o in options if (checked := checker.verdict(o.settings)).accepted]
     if not options:  # the checker refuses every mechanism: say so rather than offer nothing
-        options.append(Option("none", {}, peak(baseline), 0, 0.0, False, "the checker refuses every option here"))
+        options.append(Option("none", {}, peak(baseline), 0, 0.0, False, "the checker refuses every option here",
+                              base_s))
     fitting = sorted((o for o in options if o.fits), key=lambda o: o.slowdown)
     choice = fitting[0] if fitting else None
     if choice is None:
@@ -294,23 +307,22 @@ def _noted(option: Option, verdict: Verdict) -> Option:
     return replace(option, note=f"{option.note}; {needs}" if option.note else needs)
 
 
-def _alternatives(t: Training, budget: Budget) -> list[Option]:
-    """Recompute, priced as the forward work it repeats (full: one more forward, a third of the step;
-    selective: the attention scores, a third of the attention FLOPs)."""
+def _alternatives(t: Training, budget: Budget, base_s: float) -> list[Option]:
+    """Recompute, priced by the step-time model with the forward work it repeats."""
     out = []
-    total = step_flops(t)
     if t.recompute == "none":
-        attention = attention_score_flops(t)
-        selective = replace(t, recompute="selective")
-        stages = plan_memory(selective, NONE)
-        out.append(Option("selective recompute", {"recompute_granularity": "selective",
-                                                   "recompute_modules": ["core_attn"]},
-                          peak(stages), 0, attention / 3 / total if total else 0.0,
-                          peak(stages) <= budget.device_bytes))
+        out.append(_recomputed(replace(t, recompute="selective"), budget, base_s, "selective recompute",
+                               {"recompute_granularity": "selective", "recompute_modules": ["core_attn"]}))
     if t.recompute != "full":
-        full = replace(t, recompute="full", recompute_method="uniform", recompute_num_layers=1)
-        stages = plan_memory(full, NONE)
-        out.append(Option("full recompute", {"recompute_granularity": "full", "recompute_method": "uniform",
-                                              "recompute_num_layers": 1},
-                          peak(stages), 0, 1 / 3, peak(stages) <= budget.device_bytes))
+        out.append(_recomputed(replace(t, recompute="full", recompute_method="uniform", recompute_num_layers=1),
+                               budget, base_s, "full recompute",
+                               {"recompute_granularity": "full", "recompute_method": "uniform",
+                                "recompute_num_layers": 1}))
     return out
+
+
+def _recomputed(t: Training, budget: Budget, base_s: float, mechanism: str, settings: dict[str, Any]) -> Option:
+    stages = plan_memory(t, NONE)
+    step = timed(t, NONE, budget, stages).step_s
+    return Option(mechanism, settings, peak(stages), 0, step / base_s - 1 if base_s else 0.0,
+                  peak(stages) <= budget.device_bytes, step_s=step)

@@ -38,7 +38,7 @@ def render_text(entry: Planned) -> str:
     p = t.par
     lines = [
         f"plan{_label(job.target)}: {job.source} on {hw.name} "
-        f"({'measured profile' if hw.measured else 'vendor specification'})",
+        f"({'measured profile' if hw.measured else 'published figures'})",
         f"  TP{p.tensor} PP{p.pipeline}{f' VPP{p.virtual_pipeline}' if p.virtual_pipeline > 1 else ''} "
         f"EP{p.expert} CP{t.context_parallel} DP{t.data_parallel} ({t.world_size} GPUs), sequence "
         f"{t.seq_length} x micro-batch {t.micro_batch_size}, micro-batches per step: {t.num_microbatches}",
@@ -55,18 +55,24 @@ def render_text(entry: Planned) -> str:
                      f"optimizer {_gib(s.optimizer_bytes)}, activations {_gib(s.activations_bytes)} = "
                      f"{_gib(s.device_bytes)}{'' if fits else '  DOES NOT FIT'}"
                      + (f"; host {_gib(s.host_bytes)}" if s.host_bytes else ""))
+    lines += _configured_time(entry)
     lines += ["", "options (each at the smallest setting that fits, or at its most):"]
     width = max(len(o.mechanism) for o in rec.options)
     for o in rec.options:
         verdict = "fits" if o.fits else "does not fit"
         lines.append(f"  {o.mechanism.ljust(width)}  peak {_gib(o.peak_device_bytes):>10}  host/node "
-                     f"{_gib(o.host_bytes_per_node):>10}  step {o.slowdown:+6.1%}  {verdict}"
+                     f"{_gib(o.host_bytes_per_node):>10}  step {_ms(o.step_s)} ({o.slowdown:+.1%})  {verdict}"
                      + (f" ({o.note})" if o.note else ""))
         if o.settings:
             lines.append(f"  {' ' * width}  {_setting(o)}")
     lines += ["", f"recommendation: {rec.verdict}"]
     if rec.choice is not None and rec.choice.settings:
         lines.append(f"  set {_setting(rec.choice)} (estimated {rec.choice.slowdown:+.1%} step time)")
+    if entry.band is not None:
+        lines.append(f"  how sure: {entry.band.describe()}")
+    else:
+        lines.append("  how sure: no published case of this model family on this hardware was validated; the numbers "
+                     "are the model's alone (reference/memory-model.md lists the validated cases)")
     lines += ["", "assumptions:"] + [f"  - {a}" for a in _assumptions(entry)]
     return "\n".join(lines)
 
@@ -76,10 +82,49 @@ def _assumptions(entry: Planned) -> list[str]:
     hw = rec.budget.hardware
     return [*(a.text for a in entry.job.assumptions),
             f"hardware {hw.name}: " + "; ".join(hw.sources),
-            f"step time from FLOPs at {rec.budget.mfu:.0%} model-FLOPs utilisation; offload overhead is the "
-            "copy and host-optimizer time the step cannot hide",
+            "step time (checks/plan/throughput.py): FLOPs (recompute included) at "
+            + (entry.baseline_time.efficiency_source if entry.baseline_time else "the published efficiency")
+            + "; plus the pipeline bubble, exposed tensor-, expert- and data-parallel communication, the optimizer "
+            "step, and the offload copies and host optimizer step the job cannot hide",
             "activations: Megatron-Core with the Transformer Engine spec (checks/plan/activations.py); host "
             "memory per node counts every GPU at the most host-hungry stage"]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f} ms"
+
+
+def _configured_time(entry: Planned) -> list[str]:
+    """The step as configured, its slowest stage's parts, and what its own offload costs."""
+    configured, baseline = entry.configured_time, entry.baseline_time
+    if configured is None or baseline is None:
+        return []
+    slowest = configured.slowest
+    parts = ", ".join(f"{name.removesuffix('_s').replace('_', ' ')} {_ms(value)}"
+                      for name, value in slowest.parts().items() if value > 0)
+    lines = [f"  step {_ms(configured.step_s)} (stage {slowest.stage}, the slowest: {parts})"]
+    if entry.job.offload != NONE:
+        extra = configured.step_s - baseline.step_s
+        lines.append(f"  its offload costs {_ms(extra)} per step ({extra / baseline.step_s:+.1%} over "
+                     f"{_ms(baseline.step_s)} without it)")
+    return lines
+
+
+def _time_json(entry: Planned) -> dict[str, Any]:
+    configured, baseline = entry.configured_time, entry.baseline_time
+    if configured is None or baseline is None:
+        return {}
+    slowest = configured.slowest
+    return {"step_s": configured.step_s, "slowest_stage": slowest.stage, "parts": slowest.parts(),
+            "offload_step_s": configured.step_s - baseline.step_s, "without_offload_step_s": baseline.step_s}
+
+
+def _band_json(entry: Planned) -> dict[str, Any] | None:
+    band = entry.band
+    if band is None:
+        return None
+    return {"case": band.case, "matches": list(band.matches), "errors_pct": dict(band.errors_pct),
+            "fitted": band.fitted, "text": band.describe()}
 
 
 def _stage_json(s: StageMemory) -> dict[str, Any]:
@@ -105,12 +150,15 @@ def _document(entry: Planned) -> dict[str, Any]:
                      "micro_batch_size": t.micro_batch_size, "num_microbatches": t.num_microbatches,
                      "sequence_parallel": t.sequence_parallel, "recompute": t.recompute},
         "budget": {"device_bytes": rec.budget.device_bytes, "host_bytes_per_node": rec.budget.host_bytes_per_node,
-                   "headroom": rec.budget.headroom, "host_headroom": rec.budget.host_headroom, "mfu": rec.budget.mfu},
+                   "headroom": rec.budget.headroom, "host_headroom": rec.budget.host_headroom,
+                   "efficiency": entry.baseline_time.efficiency if entry.baseline_time else None,
+                   "efficiency_source": entry.baseline_time.efficiency_source if entry.baseline_time else None},
         "as_configured": {"offload": asdict(job.offload), "stages": [_stage_json(s) for s in entry.configured],
                           "peak_device_bytes": entry.configured_peak_bytes,
-                          "host_bytes_per_node": entry.configured_host_bytes_per_node},
+                          "host_bytes_per_node": entry.configured_host_bytes_per_node,
+                          **_time_json(entry)},
         "options": [asdict(o) for o in rec.options],
-        "recommendation": asdict(rec.choice) if rec.choice else None,
+        "recommendation": {**asdict(rec.choice), "confidence": _band_json(entry)} if rec.choice else None,
         "verdict": rec.verdict,
         "assumptions": _assumptions(entry),
     }
