@@ -266,8 +266,6 @@ def test_a_missing_or_directory_profile_is_one_line(capsys: pytest.CaptureFixtur
     assert "is a directory" in refused(capsys, "--preset", "llama3-8b", "--profile", str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason="checks/plan/hardware.py load_profile keeps only the positive numbers it finds "
-                                       "and drops the rest without a word (a fix is proposed to its owner)")
 @pytest.mark.parametrize("text", ['{"gpu_memory_bytes": "80e9"}', '{"gpus_per_node": -8}', '{"gpus_per_node": 2.5}',
                                   '{"host_memory_bytes": 0}', '{"gpu_memory_bytes": 80000000000, "gpu_memory": 1}'])
 def test_a_profile_value_of_the_wrong_type_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,

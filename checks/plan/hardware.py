@@ -179,6 +179,13 @@ def base_name(hw: Hardware) -> str:
     return hw.name.split(" (", 1)[0]
 
 
+# What a probe profile may hold besides "base" and the "measured" provenance block: counts and sizes (integers),
+# and rates (numbers); every one present must be positive, and a key outside these is a typo, not ignored.
+_PROFILE_INTS = ("gpu_memory_bytes", "host_memory_bytes", "gpus_per_node")
+_PROFILE_FLOATS = ("d2h_bytes_per_s", "h2d_bytes_per_s", "host_memory_bytes_per_s", "host_adam_per_thread",
+                   "host_adam_per_node", "host_adam_elements_per_s")
+
+
 def load_profile(path: str) -> Hardware:
     """A node profile written by ``python -m checks probe``, over the entry it names as its base."""
     from checks.yamlio import read_text  # bounded, and refuses FIFOs and devices
@@ -199,16 +206,25 @@ def load_profile(path: str) -> Hardware:
     if base is None:
         raise InputError(path, f"unknown base hardware {data.get('base')!r}; known: {', '.join(HARDWARE)}")
 
-    def positive(key: str) -> bool:
+    unknown = sorted(set(data) - set(_PROFILE_FLOATS) - set(_PROFILE_INTS) - {"base", "measured"})
+    if unknown:
+        raise InputError(path, f"unknown key {unknown[0]!r} in the probe profile; it holds base, measured and "
+                               f"{', '.join((*_PROFILE_INTS, *_PROFILE_FLOATS))} (python -m checks probe writes them)")
+    for key in (*_PROFILE_INTS, *_PROFILE_FLOATS):
         value = data.get(key)
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if key not in data:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not value > 0 or (key in _PROFILE_INTS and value != int(value)):
+            kind = "a positive integer" if key in _PROFILE_INTS else "a positive number"
+            raise InputError(path, f"{key}={value!r} in the probe profile: expected {kind}, as python -m checks "
+                                   "probe writes it; rerun probe or remove the key to keep the base hardware's")
 
     measured: dict[str, Any] = {k: float(data[k]) for k in (
         "d2h_bytes_per_s", "h2d_bytes_per_s", "host_memory_bytes_per_s", "host_adam_per_thread",
-        "host_adam_per_node") if positive(k)}
-    measured.update({k: int(data[k]) for k in ("gpu_memory_bytes", "host_memory_bytes", "gpus_per_node")
-                     if positive(k)})
-    if positive("host_adam_elements_per_s") and "host_adam_per_node" not in measured:
+        "host_adam_per_node") if k in data}
+    measured.update({k: int(data[k]) for k in _PROFILE_INTS if k in data})
+    if "host_adam_elements_per_s" in data and "host_adam_per_node" not in measured:
         # A profile from before the per-thread measurement: its figure is each GPU's share of one all-core process.
         measured["host_adam_per_node"] = float(data["host_adam_elements_per_s"]) * \
             int(measured.get("gpus_per_node", base.gpus_per_node))
