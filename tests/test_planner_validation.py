@@ -209,6 +209,19 @@ def test_a_megatron_lm_command_without_group_query_attention_keeps_a_group_per_h
     assert grouped.job.training.shape.num_query_groups == 1
 
 
+def test_the_legacy_rotary_flag_means_rope() -> None:
+    """--use-rotary-position-embeddings turns position_embedding_type to 'rope' (NVIDIA/Megatron-LM@d98e8a64:
+    megatron/training/arguments.py:1626-1627): no learned position table (the planner counted one)."""
+    words = ["--gpus", "1", "--mcore-version", "main", "--flavor", "megatron-lm",
+             "--argv=--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+             "--max-position-embeddings 128 --tokenizer-type NullTokenizer --vocab-size 1000"]
+    learned = tool.plan_case(words)
+    rotary = tool.plan_case([*words[:-1], words[-1] + " --use-rotary-position-embeddings"])
+    assert not isinstance(learned, str) and not isinstance(rotary, str), (learned, rotary)
+    assert learned.job.training.shape.position_rows == 128
+    assert rotary.job.training.shape.position_rows == 0
+
+
 # -- the data file against upstream -----------------------------------------------------------------------------
 
 def _source(text: str) -> tuple[str, str, str, list[int]]:

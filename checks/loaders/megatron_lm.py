@@ -55,6 +55,8 @@ _DEST_ALIASES: Mapping[str, tuple[str, ...]] = {
 _IMPLIES = "implied by --cpu-offloading-num-layers > 0 (megatron/training/arguments.py, validate_args)"
 _SELECTIVE = "--recompute-activations sets recompute_granularity='selective' (megatron/training/arguments.py)"
 _GATED = "sets gated_linear_unit (NVIDIA/Megatron-LM@d98e8a64:megatron/training/argument_utils.py:314-325)"
+_ROPE = "--use-rotary-position-embeddings sets position_embedding_type='rope' " \
+    "(NVIDIA/Megatron-LM@d98e8a64:megatron/training/arguments.py:1626-1627)"
 _SWIGLU_FFN = ("--swiglu without --ffn-hidden-size: int(4 * hidden_size * 2 / 3 / 64) * 64 "
                "(NVIDIA/Megatron-LM@d98e8a64:megatron/training/arguments.py:1320-1327)")
 # Launcher flags whose defaults decide the model's shape (checks/model/shape.py reads them).
@@ -329,6 +331,10 @@ class _Parser:
                 settings["model.ffn_hidden_size"] = Setting(
                     int((4 * hidden.value * 2 / 3) / 64) * 64,
                     Origin(o.file, o.line, o.arg, spec.flag, _SWIGLU_FFN))
+        rope = self.values.get("use_rotary_position_embeddings")
+        if rope and rope[1] is True:
+            spec, _, o = rope
+            settings["run.position_embedding_type"] = Setting("rope", Origin(o.file, o.line, o.arg, spec.flag, _ROPE))
         gqa = self.values.get("group_query_attention")
         groups = settings.pop("model.num_query_groups", None)
         if groups is not None:
