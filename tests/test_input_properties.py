@@ -1218,7 +1218,7 @@ def test_ranks_of_a_run_hold_alike_shards(preset: str) -> None:
     for dp, bucket, pipeline in ((3, None, 1), (8, 10**6, 2), (64, 40_000_000, 1), (200, 10**6, 4)):
         t = replace(training, par=replace(training.par, pipeline=pipeline), data_parallel=dp, bucket_size=bucket)
         tensors = [list(chunk) for chunk in memory._stage_tensors(t, 0)]
-        own = frozenset().union(*(memory._shared_embeddings(t, c) for c in memory._stage_layers(t)[0]))
+        own = frozenset().union(*(memory._shared_embeddings(t, c) for c in memory.stage_layers(t)[0]))
         for expert in (False, True):
             every = shard_pieces(tensors, expert, dp, t.version, bucket, own)
             firsts = distinct_ranks(tensors, expert, dp, bucket, own)

@@ -211,9 +211,9 @@ def load_profile(path: str) -> Hardware:
         raise InputError(path, f"unknown key {unknown[0]!r} in the probe profile; it holds base, measured and "
                                f"{', '.join((*_PROFILE_INTS, *_PROFILE_FLOATS))} (python -m checks probe writes them)")
     for key in (*_PROFILE_INTS, *_PROFILE_FLOATS):
-        value = data.get(key)
         if key not in data:
             continue
+        value = data[key]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or not value > 0 or (key in _PROFILE_INTS and value != int(value)):
             kind = "a positive integer" if key in _PROFILE_INTS else "a positive number"

@@ -16,7 +16,7 @@ from checks.config import CanonicalConfig
 from checks.errors import InputError
 from checks.plan.confidence import Band, closest
 from checks.plan.hardware import HARDWARE, load_profile
-from checks.plan.memory import NONE, Offload, StageMemory, plan_memory
+from checks.plan.memory import Offload, StageMemory, plan_memory
 from checks.plan.presets import PRESETS, Preset, catalogue_preset, preset_for_model_name
 from checks.plan.recommend import FRACTIONS, Budget, Recommendation, host_per_node, peak, recommend, timed
 from checks.plan.setup import DATA_PARALLEL, Job, check_expert_layout, from_config, from_preset
@@ -216,7 +216,7 @@ def planned(job: Job, budget: Budget) -> Planned:
         status = FITS_WITH_CHANGE if rec.choice is not None else DOES_NOT_FIT
     t = job.training
     configured = timed(t, job.offload, budget, stages)
-    baseline = configured if job.offload == NONE else timed(t, NONE, budget)
+    baseline = rec.baseline_time
     # The band of the job as it will run: the recommended option's offload, or the job's own when it fits as is.
     chosen = rec.choice.settings if rec.choice is not None and status != FITS else {}
     fraction = float(chosen.get("optimizer_offload_fraction", 0.0)) if chosen \

@@ -224,11 +224,12 @@ def _chunk_weights(t: Training, stage: int) -> tuple[float, ...]:
     Only to find the peak's moment: with full recompute the layers keep less than this, but in the same ratio
     between chunks of equal layers, so the same moment wins."""
     return tuple(sum(layer_bytes(t, layer) for layer in chunk.layers) + _extras(t, chunk)
-                 for chunk in _stage_layers(t)[stage])
+                 for chunk in stage_layers(t)[stage])
 
 
 @functools.lru_cache(maxsize=64)
-def _stage_layers(t: Training) -> tuple[tuple[Chunk, ...], ...]:
+def stage_layers(t: Training) -> tuple[tuple[Chunk, ...], ...]:
+    """Each pipeline stage's model chunks (the step-time model reads the same split)."""
     stages = stage_chunks(t.shape.num_layers, t.par)
     if stages is None:
         raise ValueError(f"{t.shape.num_layers} layers do not split over pipeline size {t.par.pipeline} "
@@ -260,7 +261,7 @@ def activation_bytes(t: Training, stage: int, offload: Offload = NONE) -> tuple[
     Each chunk counts by its own micro-batches in flight at the peak (:func:`chunk_in_flight`); without
     interleaving that is the stage's ``min(m, pp - stage)``.
     """
-    chunks = _stage_layers(t)[stage]
+    chunks = stage_layers(t)[stage]
     held = chunk_in_flight(t, stage)
     layers = [layer for chunk in chunks for layer in chunk.layers]
     per_layer = [layer_bytes(t, layer) for layer in layers]
@@ -333,7 +334,7 @@ def _shared_embeddings(t: Training, chunk: Chunk) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=64)
 def _stage_tensors(t: Training, stage: int) -> tuple[tuple[Tensor, ...], ...]:
-    return tuple(chunk_tensors(t.shape, t.par, chunk) for chunk in _stage_layers(t)[stage])
+    return tuple(chunk_tensors(t.shape, t.par, chunk) for chunk in stage_layers(t)[stage])
 
 
 @functools.lru_cache(maxsize=128)
@@ -342,7 +343,7 @@ def _rank_numels(t: Training, stage: int, expert: bool, group: int) -> tuple[tup
     tensors = [list(chunk) for chunk in _stage_tensors(t, stage)]
     if not t.distributed_optimizer:
         return (tuple(tensor.numel for chunk in tensors for tensor in chunk if tensor.expert == expert),)
-    own = frozenset().union(*(_shared_embeddings(t, c) for c in _stage_layers(t)[stage]))
+    own = frozenset().union(*(_shared_embeddings(t, c) for c in stage_layers(t)[stage]))
     # one rank of each run whose shards are alike: the others repeat one of these (DP up to 10,000,000)
     return tuple(tuple(n for _, n in pieces)
                  for pieces in shard_pieces(tensors, expert, group, t.version, t.bucket_size, own, distinct=True))

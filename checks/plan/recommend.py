@@ -72,6 +72,7 @@ class Recommendation:
     options: list[Option]
     choice: Option | None
     verdict: str
+    baseline_time: StepTime | None = None  # the step without offloading, what every option's slowdown is against
 
 
 def peak(stages: list[StageMemory]) -> int:
@@ -240,10 +241,11 @@ def recommend(t: Training, budget: Budget, environment: Environment | None = Non
     environment, for the checker (a variable an option needs that the job already sets is not a requirement)."""
     baseline = plan_memory(t, NONE)
     options: list[Option] = []
-    base_s = timed(t, NONE, budget, baseline).step_s
+    base_time = timed(t, NONE, budget, baseline)
+    base_s = base_time.step_s
     if peak(baseline) <= budget.device_bytes:
         nothing = Option("none", {}, peak(baseline), 0, 0.0, True, step_s=base_s)
-        return Recommendation(budget, baseline, [nothing], nothing, "fits without offloading")
+        return Recommendation(budget, baseline, [nothing], nothing, "fits without offloading", base_time)
     checker = Checker(t, environment)
     _option_at = functools.partial(_option, base_s=base_s)
 
@@ -296,7 +298,7 @@ def recommend(t: Training, budget: Budget, environment: Environment | None = Non
         verdict = f"use {choice.mechanism}"
     else:
         verdict = f"offloading does not help here (or costs more): use {choice.mechanism}"
-    return Recommendation(budget, baseline, options, choice, verdict)
+    return Recommendation(budget, baseline, options, choice, verdict, base_time)
 
 
 def _noted(option: Option, verdict: Verdict) -> Option:

@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checks.model.parameters import Chunk, chunk_tensors, stage_chunks
+from checks.model.parameters import chunk_tensors
 from checks.plan.hardware import Hardware, base_name
-from checks.plan.memory import Offload, StageMemory, Training, stage_memory
+from checks.plan.memory import Offload, StageMemory, Training, stage_layers, stage_memory
 
 DEFAULT_MFU = 0.4  # the old step_cost's model-FLOPs utilisation (kept until recommend.py moves to step_time)
 EFFICIENCY_DATA = Path(__file__).resolve().parent.parent / "data" / "efficiency.json"
@@ -188,15 +188,6 @@ class _Work:
     expert_numel: int  # those the expert data-parallel group reduces
 
 
-@functools.lru_cache(maxsize=256)
-def _chunks(t: Training) -> tuple[tuple[Chunk, ...], ...]:
-    stages = stage_chunks(t.shape.num_layers, t.par)
-    if stages is None:
-        raise ValueError(f"{t.shape.num_layers} layers do not split over pipeline size {t.par.pipeline} "
-                         f"x virtual {t.par.virtual_pipeline}")
-    return stages
-
-
 @functools.lru_cache(maxsize=1024)
 def _stage_work(t: Training, stage: int) -> _Work:
     """Per GPU: a stage's ``TP x CP x DP`` GPUs share the micro-batch's tokens (``seq x mbs`` on each
@@ -206,7 +197,7 @@ def _stage_work(t: Training, stage: int) -> _Work:
     forward = recompute = 0.0
     layers = moe_layers = moe_recomputed = collectives = 0
     dense = expert = 0
-    for chunk in _chunks(t)[stage]:
+    for chunk in stage_layers(t)[stage]:
         for index, layer in enumerate(chunk.layers):
             kind = t.shape.layer_kind(layer)
             matmul = 2 * _layer_weights(t, kind) * tokens
