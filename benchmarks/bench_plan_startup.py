@@ -2,9 +2,10 @@
 
 Both sides run as fresh processes, interleaved, with bytecode caches (as a normal install has them). The
 peer is `python -c "import torch"`: what any estimator built on torch pays before computing anything.
-Prints medians and the ratio from this one run and writes an artifact.
+Prints medians, the ratio and its spread (the quartiles of the paired ratios) from this run, and adds the run to
+the artifact, which keeps earlier runs of the same setup (``--fresh`` starts over).
 
-Usage: python benchmarks/bench_plan_startup.py [--runs N] [--preset NAME] [--out reference/benchmarks/plan_startup.json]
+Usage: python benchmarks/bench_plan_startup.py [--runs N] [--preset NAME] [--fresh] [--out FILE]
 Goal (issue #5): plan on a preset, median at most 0.3 s.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import ROOT, cold_starts, write_artifact
+from benchmarks.common import ROOT, cold_starts, paired_ratios, run_header, spread, write_runs
 
 GOAL_S = 0.3
 
@@ -27,22 +28,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--preset", default="llama3-70b")
     parser.add_argument("--out", type=Path, default=ROOT / "reference" / "benchmarks" / "plan_startup.json")
+    parser.add_argument("--fresh", action="store_true", help="drop the artifact's earlier runs")
     args = parser.parse_args(argv)
+    header = run_header()
     plan = [sys.executable, "-m", "checks", "plan", "--preset", args.preset, "--format", "json"]
     peer = [sys.executable, "-c", "import torch"]
     plan_s, peer_s = cold_starts(plan, peer, args.runs, ("plan", "import torch"), check=False)
     plan_median, peer_median = statistics.median(plan_s), statistics.median(peer_s)
-    result = {
-        "benchmark": "plan_startup", "preset": args.preset, "runs": args.runs,
+    ratio_spread = spread(paired_ratios(peer_s, plan_s), 1)
+    run = {
+        **header,
         "plan_median_s": round(plan_median, 4), "import_torch_median_s": round(peer_median, 4),
-        "ratio": round(peer_median / plan_median, 1), "goal": {"plan_median_s_max": GOAL_S},
-        "goal_met": plan_median <= GOAL_S, "plan_s": [round(t, 4) for t in plan_s],
-        "import_torch_s": [round(t, 4) for t in peer_s],
-        "bytecode_caches": "written (PYTHONDONTWRITEBYTECODE unset for both sides)",
+        "ratio": round(peer_median / plan_median, 1), "ratio_spread": ratio_spread,
+        "plan_spread_s": spread(plan_s), "goal_met": plan_median <= GOAL_S,
+        "plan_s": [round(t, 4) for t in plan_s], "import_torch_s": [round(t, 4) for t in peer_s],
     }
-    write_artifact(args.out, result)
+    setup = {"benchmark": "plan_startup", "preset": args.preset, "runs_per_side": args.runs,
+             "goal": {"plan_median_s_max": GOAL_S},
+             "bytecode_caches": "written (PYTHONDONTWRITEBYTECODE unset for both sides)"}
+    write_runs(args.out, setup, run, ["ratio"], fresh=args.fresh)
     print(f"plan --preset {args.preset} median {plan_median:.3f} s; import torch median {peer_median:.3f} s; "
-          f"plan is {result['ratio']}x faster; goal met: {result['goal_met']}")
+          f"plan is {run['ratio']}x faster (paired ratios {ratio_spread['q1']}-{ratio_spread['q3']}x, quartiles); "
+          f"goal met: {run['goal_met']}")
     return 0
 
 

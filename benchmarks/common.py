@@ -8,9 +8,11 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,87 @@ def revision_pins(argv: list[str]) -> dict[str, Any]:
         "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def machine() -> dict[str, Any]:
+    """The machine a run measured, read before the run starts: CPU model, cores this process may use, and the
+    load average (1, 5, 15 min), since a shared machine's other work widens a timing's spread."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 0
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = []
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "usable_cores": usable, "load_average": load}
+
+
+def spread(values: Sequence[float], digits: int = 4) -> dict[str, float]:
+    """Minimum, quartiles and maximum (the exclusive method of :func:`statistics.quantiles`)."""
+    if len(values) < 2:
+        raise ValueError("a spread needs at least two values")
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return {"min": round(min(values), digits), "q1": round(q1, digits), "median": round(median, digits),
+            "q3": round(q3, digits), "max": round(max(values), digits)}
+
+
+def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+    """The ratio of each interleaved pair: the two sides of pair i ran back to back, so drift and other work on
+    the machine hit both alike, and the spread of these ratios is the run's own noise."""
+    if len(numerators) != len(denominators):
+        raise ValueError("paired timings must have the same length")
+    return [a / b for a, b in zip(numerators, denominators, strict=True)]
+
+
+def noise(ratio_spread: Mapping[str, float]) -> dict[str, Any]:
+    """Whether a ratio of two timings can be told from 1 in its run: the quartiles of the paired ratios enclose 1
+    (``within_noise``), and the noise as half the interquartile range over the median, in %."""
+    return {"within_noise": ratio_spread["q1"] <= 1.0 <= ratio_spread["q3"],
+            "noise_pct": round((ratio_spread["q3"] - ratio_spread["q1"]) / 2 / ratio_spread["median"] * 100, 1)}
+
+
+def write_runs(path: Path, setup: Mapping[str, Any], run: Mapping[str, Any], ratios: Sequence[str],
+               fresh: bool = False, argv: list[str] | None = None) -> dict[str, Any]:
+    """Add one run to a timing artifact and write it: ``setup`` (what was measured) and ``runs`` (each with its
+    machine, date and commit), and ``across_runs``, the range of each top-level key in ``ratios`` over the runs.
+
+    Timings on a shared machine move from run to run more than within one, so the artifact keeps every run of the
+    same setup (``fresh`` starts over); a run of another setup replaces them.
+    """
+    previous: list[dict[str, Any]] = []
+    if path.exists() and not fresh:
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = {}
+        if isinstance(old, dict) and {k: old.get(k) for k in setup} == dict(setup) \
+                and isinstance(old.get("runs"), list):
+            previous = old["runs"]
+    runs = [*previous, dict(run)]
+    across = {}
+    for key in ratios:
+        seen = [v for v in (_dotted(r, key) for r in runs) if isinstance(v, (int, float))]
+        if seen:
+            across[key] = {"min": min(seen), "max": max(seen), "runs": len(seen)}
+    # --fresh decides what the artifact keeps, not what a run measures: the command recorded is the one that
+    # adds a run
+    command = [a for a in (sys.argv if argv is None else argv) if a != "--fresh"]
+    return write_artifact(path, {**setup, "runs": runs, "across_runs": across}, command)
+
+
+def _dotted(data: Mapping[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(part)  # type: ignore[assignment]
+    return data
+
+
+def run_header() -> dict[str, Any]:
+    """What a run records before it starts: the machine, the date and the commit."""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_commit": _git("rev-parse", "HEAD"), "machine": machine()}
 
 
 def write_artifact(path: Path, result: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
