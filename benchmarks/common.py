@@ -52,7 +52,9 @@ def revision_pins(argv: list[str]) -> dict[str, Any]:
     """Git commit and dirty flag, interpreter and library versions, machine, command and date."""
     return {
         "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # the artifacts are what a run writes, not what it runs: a run that adds to one leaves it changed
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                               ":(exclude)reference/benchmarks")),
         "python": platform.python_version(),
         "torch": _version("torch"),
         "megatron_core": _version("megatron-core"),
