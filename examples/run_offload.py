@@ -13,12 +13,20 @@ Usage: python examples/run_offload.py [--model dense|moe] [--variants a,b] [--st
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+_STARTED = time.perf_counter()  # before torch's import, a good part of a cold start; see Estimate.spent_s
+if __name__ == "__main__":  # the command only: importing this module leaves the importer's OpenMP alone
+    # Idle OpenMP threads sleep instead of spinning. torch's two threads on a 2-core machine that runs anything else
+    # spun against it: a warm step took 0.8-3.3 s with both cores busy, 0.13-0.3 s passive; on an idle machine
+    # 0.07-0.10 s spinning, 0.09-0.11 s passive. The thread count, and so every result, is the same (checked bit for
+    # bit on both card commands).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -32,8 +40,20 @@ from examples.offload.fine_grained import FineGrainedOffloadConfig, FineGrainedP
 from examples.offload.hybrid_adam import HybridAdamW  # noqa: E402
 from examples.offload.layer import LayerOffloadConfig, LayerPolicy  # noqa: E402
 
-# A run estimated to take longer than this, or any larger-than-default run on a GPU, asks for --yes.
-BUDGET_S = 60.0
+# A run estimated to take longer than this, or any larger-than-default run on a GPU, asks for --yes. Five minutes:
+# longer than one waits for an example without being told. On the 2-core machine the card's two commands took
+# 10-18 s (dense; MoE, every variant) as it was, 40-90 s with both cores kept busy, so they run without asking;
+# --steps 1000 (125 times the default dense run, estimated 380-580 s) or a larger model asks even on an idle one.
+BUDGET_S = 300.0
+# The probe: the baseline on the run's first batch, this many times. Only the steps after the first are timed:
+# the first step of a process pays once for what later steps reuse (the allocator's pools, oneDNN's kernel
+# choice and JIT, lazy initialisation), 2-25 times a warm step here, and the run proper, started after the probe,
+# never pays it again. Three warm steps rather than one, since a step on a loaded machine varies by 2x.
+PROBE_STEPS = 4
+# A warm step of an offload variant, relative to the baseline's: measured 0.8-1.25 (dense and MoE, idle and with
+# both cores busy) on the 2-core CPU machine; on CPU the copies are memcpy and the host optimizer step is the same
+# AdamW arithmetic. Not worth a probe per variant, which would cost each of them three steps.
+OFFLOAD_STEP_COST = 1.15
 MAX_LAYERS, MAX_HIDDEN = 1024, 65536  # far beyond a run this example is for
 DENSE_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm")
 MOE_MODULES = (*DENSE_MODULES, "expert_fc1", "moe_act")
@@ -164,6 +184,34 @@ def loss_table(results: list[dict[str, Any]]) -> str:
     return "\n".join([head] + [r["name"].ljust(width) + "".join(f"{x:9.4f}" for x in r["losses"]) for r in results])
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """How long the command takes, from what it has spent so far and a warm step of the baseline."""
+
+    spent_s: float  # start-up (the imports) and the probe, already paid when the estimate is made
+    warm_step_s: float
+    steps: int
+    variants: int  # the baseline included
+
+    @property
+    def training_s(self) -> float:
+        return self.steps * self.warm_step_s * (1 + (self.variants - 1) * OFFLOAD_STEP_COST)
+
+    @property
+    def total_s(self) -> float:
+        return self.spent_s + self.training_s
+
+
+def needs_yes(estimate: Estimate, device: torch.device, larger: bool) -> str | None:
+    """Why this run asks for --yes, or None: it would take longer than BUDGET_S, or it is larger than the
+    default and on a GPU (another user's, or a paid one)."""
+    if estimate.total_s > BUDGET_S:
+        return f"about {estimate.total_s:.0f} s, more than the {BUDGET_S:.0f} s this command runs without asking"
+    if device.type == "cuda" and larger:
+        return f"about {estimate.total_s:.0f} s, and larger than the default run, on a GPU"
+    return None
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit 2), as the checker's own command gives it."""
 
@@ -189,8 +237,6 @@ def footprint_bytes(cfg: GPTConfig, batch_size: int, steps: int) -> int:
 def _memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[1])
-    import os
-
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
@@ -203,6 +249,7 @@ def _fits(parser: argparse.ArgumentParser, cfg: GPTConfig, batch_size: int, step
 
 
 def main(argv: list[str] | None = None) -> int:
+    began = _STARTED if argv is None else time.perf_counter()  # argv None: the command line, a fresh process
     parser = _Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("dense", "moe"), default="dense")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
@@ -245,15 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     if "baseline" not in chosen:
         chosen.insert(0, "baseline")  # every comparison is against it
     first = batches(cfg, args.batch_size, 1, args.seed, device)  # the run's first batch: the data come after --yes
-    probe = train(menu["baseline"], cfg, first, args.seed, device, progress=False)
-    estimate_s = len(chosen) * args.steps * first[0][0].numel() / probe["tokens_per_s"] * 1.5
-    larger = cfg != base or args.batch_size > 8
-    if not args.yes and (estimate_s > BUDGET_S or (device.type == "cuda" and larger)):
+    # train() reseeds and builds its own model and optimizer, so the probe changes no result of the run
+    probe = train(menu["baseline"], cfg, first * PROBE_STEPS, args.seed, device, progress=False)
+    estimate = Estimate(spent_s=time.perf_counter() - began, warm_step_s=first[0][0].numel() / probe["tokens_per_s"],
+                        steps=args.steps, variants=len(chosen))
+    reason = needs_yes(estimate, device, larger=cfg != base or args.batch_size > 8)
+    if reason and not args.yes:
         where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
             f"{torch.get_num_threads()} CPU threads"
         print(f"error: this run would train {len(chosen)} variants x {args.steps} steps of a "
-              f"{cfg.num_parameters / 1e6:.1f} M-parameter model on {where}, about {estimate_s:.0f} s; "
-              "pass --yes to run it", file=sys.stderr)
+              f"{cfg.num_parameters / 1e6:.1f} M-parameter model on {where} (a warm step "
+              f"{estimate.warm_step_s:.3f} s), {reason}; pass --yes to run it", file=sys.stderr)
         return 2
 
     _fits(parser, cfg, args.batch_size, args.steps, device)  # every batch is built before the first step
@@ -275,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_artifact(args.out, artifact, None if argv is None else ["examples/run_offload.py", *argv])
     print(f"wrote {args.out}", file=sys.stderr)
+    # on stderr, not in the artifact: the estimate says how loaded this machine was, not what the run measured
+    # (and the artifact's schema, checks/schemas/offload_run.schema.json, admits no field it does not name)
+    took = time.perf_counter() - began
+    print(f"time: estimated {estimate.total_s:.1f} s, took {took:.1f} s ({took / estimate.total_s:.2f}x the "
+          f"estimate; training estimated {estimate.training_s:.1f} s from a warm step of {estimate.warm_step_s:.3f} s, "
+          f"took {artifact['wall_s']:.1f} s)", file=sys.stderr)
     return 0
 
 
