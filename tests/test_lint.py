@@ -67,7 +67,6 @@ def test_a_copy_without_history_passes_too(pristine: Path) -> None:
 # A seed is meant to break one thing; where the broken thing is also read by a second rule, that rule fires
 # too, and is listed here with why. Anything else that fires, or a listed rule that stops firing, fails.
 _CONSEQUENCES: dict[str, tuple[set[str], str]] = {
-    "CRD004": ({"SKL010"}, "the seeded card value is the 1.004x SKILL.md states, so that number loses its source"),
     "EVL004": ({"EVL005"}, "the seed duplicates a negative task's id on a positive task, which then reads as a "
                            "negative task that expects the skill"),
     "SKL003": ({"EVL005"}, "evals expect the skill by its name; renaming the skill makes them name another one"),
@@ -112,14 +111,20 @@ _BAD: dict[str, list[Seed]] = {
                                           r'version = "\1.\2.\3.post1"')],
     "CRD005-evidence-names-no-claim": [Seed("card.yaml", r"offload_hooks_cheap\]$", "offload_hooks_are_cheap]")],
     "CRD005-result-backs-no-claim": [Seed("card.yaml", r"^    result: hook_overhead$", "    result: check_startup")],
+    # a ratio stated without its spread (the SKILL.md row that cites the spread goes with it)
+    "CRD011-ratio-without-spread": [Seed("card.yaml", r"^      runs\[0\]\.ratio_spread\.q1: .*\n", ""),
+                                    Seed(SKILL_FILE, r" \(paired ratios 10\.9-13\.7x\)", "")],
     "SKL002-top-level-author": [Seed(SKILL_FILE, r"^metadata:$", "author: someone\nmetadata:")],
     "SKL002-metadata-not-a-string": [Seed(SKILL_FILE, r"^metadata:$", "metadata:\n  reviewed: 2026")],
 }
 _GOOD: dict[str, list[Seed]] = {
+    # a spread key is not a ratio: its median needs no spread of its own
+    "CRD011-spread-median-is-not-a-ratio": [Seed("card.yaml", r"^(      runs\[0\]\.fp32\.ratio_spread\.q1: .*\n)",
+                                                 r"\1      runs[0].fp32.ratio_spread.median: 0.775\n")],
     # 1.9912 and 13.1 are card.yaml values SKILL.md states; the rule compares at the precision written
-    "SKL010-rounded-to-fewer-places": [Seed(SKILL_FILE, r"\b1\.9912x", "1.99x"),
-                                       Seed(SKILL_FILE, r"\b13\.1x(?= faster)", "13x")],
-    "SKL010-number-in-a-code-span": [Seed(SKILL_FILE, r"\b13\.1x(?= faster)", "`13.2x`")],
+    "SKL010-rounded-to-fewer-places": [Seed(SKILL_FILE, r"\b2\.7575x", "2.76x"),
+                                       Seed(SKILL_FILE, r"\b12\.3x(?= faster)", "12x")],
+    "SKL010-number-in-a-code-span": [Seed(SKILL_FILE, r"\b12\.3x(?= faster)", "`12.4x`")],
     "SKL008-lint-and-config-ids": [Seed("reference/runtime.md", r"\Z", "\nSee SKL010 and CFG001.\n")],
     "CRD009-older-changelog-entry": [Seed(CHANGELOG_FILE, r"(^## \d+\.\d+\.\d+ \([\d-]+\)$(?s:.)*?^## \d+\.\d+\.\d+ \()"
                                                           r"[\d-]+\)", r"\g<1>1999-01-01)")],
@@ -141,7 +146,7 @@ def test_each_near_miss_is_quiet(case: str, tmp_path: Path, pristine: Path) -> N
 
 
 def test_the_named_defects_have_bad_and_good_cases() -> None:
-    named = {"SKL010", "SKL008", "CRD009", "CRD005", "SKL002"}
+    named = {"SKL010", "SKL008", "CRD009", "CRD005", "SKL002", "CRD011"}
     assert {c.split("-")[0] for c in _BAD} == named == {c.split("-")[0] for c in _GOOD}
     assert named <= {rule.id for rule in LINT_RULES}
 

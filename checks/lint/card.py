@@ -207,6 +207,49 @@ def check_interactions(skill: Skill) -> Iterator[LintHit]:
                               f"{item.get('rule')!r}, which does not exist", "Name the rule that reports it")
 
 
+_RATIO_KEY = re.compile(r"(?:^|\.)(?:ratio|speedup|[a-z0-9_]+_over_[a-z0-9_]+)$")
+
+
+def check_ratio_spread(skill: Skill) -> Iterator[LintHit]:
+    """A measured ratio of two timings is stated with its spread, and one inside its noise is not stated as a number.
+
+    A value whose key is ``ratio``, ``speedup`` or ``X_over_Y`` is a ratio of timings, which moves from run to run on
+    a shared machine. The card states it only beside its spread: ``<key>_spread.q1`` and ``<key>_spread.q3`` (or
+    ``.min`` and ``.max``) of the same result, the quartiles of the run's paired ratios the benchmarks record
+    (``benchmarks/common.py``). When the artifact marks the ratio ``within_noise`` (those quartiles enclose 1), the
+    ratio's value is left out and the result's ``what`` says "within noise": the run cannot tell it from 1.
+    """
+    for index, result in _results(skill):
+        values = result.get("values")
+        if not isinstance(values, dict):
+            continue
+        data = skill.artifact(result.get("artifact"))
+        for path in values:
+            if not isinstance(path, str) or not _RATIO_KEY.search(path):
+                continue
+            line = skill.card_line("measured_results", index, "values", path)
+            where = f"measured_results[{index}].values.{path}"
+            bounds = [b for b in (("q1", "q3"), ("min", "max"))
+                      if all(f"{path}_spread.{end}" in values for end in b)]
+            if not bounds:
+                yield LintHit(CARD_FILE, line, where, f"{path} = {values[path]!r} is a measured ratio stated without "
+                              f"its spread", f"Add {path}_spread.q1 and {path}_spread.q3 from {result.get('artifact')}"
+                              " (rerun its benchmark if the artifact has no spread)")
+            parent = path.rpartition(".")[0]
+            found, within = _lookup(data, f"{parent}.within_noise" if parent else "within_noise") \
+                if isinstance(data, dict) else (False, None)
+            if found and within is True:
+                yield LintHit(CARD_FILE, line, where, f"{result.get('artifact')} marks {path} within noise (its "
+                              f"paired ratios' quartiles enclose 1), but the card states it as {values[path]!r}",
+                              f"Drop {path} from values, keep its spread, and say 'within noise' in what")
+        for path in values:
+            if isinstance(path, str) and path.endswith("within_noise") and values[path] is True \
+                    and "within noise" not in str(result.get("what", "")):
+                yield LintHit(CARD_FILE, skill.card_line("measured_results", index, "what"),
+                              f"measured_results[{index}].what", f"{path} is true but what does not say "
+                              "'within noise'", "Say in what that the ratio is within noise, with its spread")
+
+
 def check_provenance(skill: Skill) -> Iterator[LintHit]:
     """Each artifact was written from a committed tree whose commit is in this repository's history.
 
@@ -393,7 +436,7 @@ RULES: tuple[LintRule, ...] = (
              Seed(CARD_FILE, r"artifact: reference/benchmarks/hybrid_adam\.json",
                   "artifact: reference/benchmarks/hybrid_adam_gpu.json")),
     LintRule("CRD004", "card-values-match-artifacts", "error", check_artifact_values,
-             Seed(CARD_FILE, r"fp32\.ratio: 1\.004$", "fp32.ratio: 1.0")),
+             Seed(CARD_FILE, r"^      runs\[0\]\.plan_median_s: [0-9.]+$", "      runs[0].plan_median_s: 9.99")),
     LintRule("CRD005", "card-claim-evidence", "error", check_claim_evidence,
              Seed(CARD_FILE, r"result: hybrid_adam$", "result: hybrid_adam_on_gpu")),
     LintRule("CRD006", "card-failure-modes", "error", check_failure_modes,
@@ -406,4 +449,7 @@ RULES: tuple[LintRule, ...] = (
              Seed(CHANGELOG_FILE, r"^## (\d+\.\d+\.\d+) \(\d{4}-\d{2}-\d{2}\)", r"## \1 (2026-10-01)")),
     LintRule("CRD010", "card-revision-in-history", "error", check_revision,
              Seed(CARD_FILE, r"^  commit: [0-9a-f]+", "  commit: 0123456789abcdef0123456789abcdef01234567")),
+    LintRule("CRD011", "card-ratio-spread", "error", check_ratio_spread,
+             Seed(CARD_FILE, r"^(      runs\[0\]\.fp32\.within_noise: true\n)",
+                  r"\1      runs[0].fp32.ratio: 0.9184\n")),
 )
