@@ -62,8 +62,12 @@ def revision_pins(argv: list[str]) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *argv]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": _now(),
     }
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def machine() -> dict[str, Any]:
@@ -92,8 +96,6 @@ def spread(values: Sequence[float], digits: int = 4) -> dict[str, float]:
 def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
     """The ratio of each interleaved pair: the two sides of pair i ran back to back, so drift and other work on
     the machine hit both alike, and the spread of these ratios is the run's own noise."""
-    if len(numerators) != len(denominators):
-        raise ValueError("paired timings must have the same length")
     return [a / b for a, b in zip(numerators, denominators, strict=True)]
 
 
@@ -107,7 +109,7 @@ def noise(ratio_spread: Mapping[str, float]) -> dict[str, Any]:
 def write_runs(path: Path, setup: Mapping[str, Any], run: Mapping[str, Any], ratios: Sequence[str],
                fresh: bool = False, argv: list[str] | None = None) -> dict[str, Any]:
     """Add one run to a timing artifact and write it: ``setup`` (what was measured) and ``runs`` (each with its
-    machine, date and commit), and ``across_runs``, the range of each top-level key in ``ratios`` over the runs.
+    machine, date and commit), and ``across_runs``, the range of each (dotted) key in ``ratios`` over the runs.
 
     Timings on a shared machine move from run to run more than within one, so the artifact keeps every run of the
     same setup (``fresh`` starts over); a run of another setup replaces them.
@@ -143,8 +145,7 @@ def _dotted(data: Mapping[str, Any], key: str) -> Any:
 
 def run_header() -> dict[str, Any]:
     """What a run records before it starts: the machine, the date and the commit."""
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "git_commit": _git("rev-parse", "HEAD"), "machine": machine()}
+    return {"date": _now(), "git_commit": _git("rev-parse", "HEAD"), "machine": machine()}
 
 
 def write_artifact(path: Path, result: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
