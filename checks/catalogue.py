@@ -7,6 +7,7 @@ drift from the code.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from checks.config import CanonicalConfig, Environment
 from checks.engine import Finding, reads, run
 from checks.loaders import Request, load
+from checks.report import finding_lines
 from checks.rules import ALL_RULES
 from checks.rules.base import Example, Rule
 from checks.rules.scope import OUT_OF_SCOPE
@@ -99,9 +101,14 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line if line else line for line in text.rstrip("\n").splitlines())
 
 
-def _finding_line(f: Finding) -> str:
-    where = f.origin.describe() if f.origin else "example"
-    return f"{where}: {f.severity.upper()} {f.rule} {f.message}"
+def _finding_block(f: Finding) -> list[str]:
+    """A finding as ``check`` prints it, and its patch: the catalogue shows every part a rule produces."""
+    first, *rest = finding_lines(f, ["example"])
+    lines = ["-> " + first, *("   " + line for line in rest)]
+    if f.patch:
+        values = ", ".join(f"{key}={json.dumps(value)}" for key, value in f.patch.items())
+        lines.append(f"       patch: {values}" + (f" (partial: {f.partial})" if f.partial else ""))
+    return lines
 
 
 def explain_text(rule: Rule) -> str:
@@ -124,7 +131,7 @@ def explain_text(rule: Rule) -> str:
         parts += ["", f"{label} ({example.flavor}, megatron-core {version}{extra}):", _indent(example.text)]
         parts += [_indent(f"--set {text}") for text in example.overrides]
         findings = [f for f in run_example(rule, example) if f.rule == rule.id]
-        parts += [_indent("-> " + _finding_line(f)) for f in findings] or [_indent("-> no finding")]
+        parts += [_indent(line) for f in findings for line in _finding_block(f)] or [_indent("-> no finding")]
     return "\n".join(parts)
 
 

@@ -116,7 +116,8 @@ def _where(origin: Origin | None, inputs: Sequence[str]) -> str:
     return inputs[0] if inputs else "<config>"
 
 
-def _finding_lines(f: Finding, inputs: Sequence[str]) -> list[str]:
+def finding_lines(f: Finding, inputs: Sequence[str]) -> list[str]:
+    """A finding as the text report prints it: the located message, then its fix and upstream check."""
     target = f"[{f.target}] " if f.target else ""
     lines = [f"{_where(f.origin, inputs)}: {f.severity.upper()} {f.rule} {target}{f.message}", f"    fix: {f.fix}"]
     if f.patch and not f.safe:
@@ -136,7 +137,7 @@ def _counts(outcome: _Outcome) -> str:
 
 
 def render_text(report: Report) -> str:
-    lines = [line for f in report.findings for line in _finding_lines(f, report.inputs)]
+    lines = [line for f in report.findings for line in finding_lines(f, report.inputs)]
     counts = _counts(report)
     context = f"{report.flavor}, megatron-core {report.mcore_version}"
     if report.environment.mcore_source != "option":
@@ -163,7 +164,7 @@ RENDERERS: dict[str, Callable[[Report], str]] = {"text": render_text, "json": re
 
 
 def render_lint_text(report: LintReport) -> str:
-    lines = [line for f in report.findings for line in _finding_lines(f, ["SKILL.md"])]
+    lines = [line for f in report.findings for line in finding_lines(f, ["SKILL.md"])]
     if report.findings:
         lines.append(f"{_counts(report)} (skill at {report.root})")
         lines.append("For more on each rule: python -m checks explain "

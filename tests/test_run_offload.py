@@ -77,3 +77,20 @@ def test_a_huge_run_asks_for_yes_before_building_its_data(tmp_path: Path, capsys
     assert run_offload.main(["--steps", "2000000", "--device", "cpu", "--out",
                              str(tmp_path / "r.json")]) == 2
     assert "pass --yes to run it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("model", "variants"), [("dense", "layer,fine-grained"), ("moe", "fine-grained")])
+def test_in_process_run_gives_the_committed_artifacts_bytes(tmp_path: Path, model: str, variants: str) -> None:
+    """The card's default model, at its committed step count, gives the bytes its committed artifact records (a
+    subprocess run of the full command checks every variant; this one runs in the test's own process, where a
+    mutation tool sees which code it covers). Per-step figures are averages: the fine-grained plan's first step
+    offloads every group, later ones keep each module's last group on the device."""
+    committed = json.loads((ROOT / "reference" / "benchmarks" / f"example_offload_run_{model}.json").read_text())
+    out = tmp_path / "run.json"
+    assert run_offload.main(["--model", model, "--steps", str(committed["steps"]), "--variants", variants,
+                             "--device", "cpu", "--out", str(out)]) == 0
+    by_name = {v["name"]: v for v in committed["variants"]}
+    fields = ("peak_device_bytes", "activation_peak_device_bytes", "optimizer_device_bytes", "host_peak_bytes",
+              "d2h_bytes_per_step", "h2d_bytes_per_step", "tensors_offloaded_per_step")
+    for ours in json.loads(out.read_text())["variants"]:
+        assert {k: ours[k] for k in fields} == {k: by_name[ours["name"]][k] for k in fields}, ours["name"]

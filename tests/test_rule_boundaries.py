@@ -1,0 +1,95 @@
+"""Each rule's conditions, from both sides of each boundary: the examples a rule's one bad and one good example
+cannot show alone (a bound moved by one, a condition dropped, a value taken out of an allowed set).
+
+Each case is a config in the input's real format, checked as a user's file or command line would be, and what
+the rule must do on it: fire or not, and where it fires, what its finding says. Cases were added where a
+mutation-testing run (mutmut 3.8.1 over checks/rules/, see CONTRIBUTING.md) showed a change to a rule that no
+test noticed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from checks.catalogue import run_example
+from checks.rules import BY_ID
+from checks.rules.base import Example
+
+
+def _yaml(document: dict[str, Any]) -> str:
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def _bridge_optimizer(**values: Any) -> str:
+    """A Bridge config's optimizer section: offload on, with the distributed and precision-aware optimizer."""
+    base = {"optimizer_cpu_offload": True, "use_precision_aware_optimizer": True, "use_distributed_optimizer": True}
+    return _yaml({"optimizer": {**base, **values}})
+
+
+def _nemo_rl_optimizer(**values: Any) -> str:
+    """A NeMo-RL config's Megatron optimizer section, offload on as in _bridge_optimizer, Adam at fraction 1.0."""
+    base = {"optimizer": "adam", "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0,
+            "use_precision_aware_optimizer": True, "use_distributed_optimizer": True}
+    return _yaml({"policy": {"megatron_cfg": {"enabled": True, "optimizer": {**base, **values}}}})
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: str
+    example: Example
+    fires: bool
+    why: str
+    says: tuple[str, ...] = ()  # substrings of the finding's message (or fix), when it fires
+    patch: bool | None = None  # whether the finding carries a patch (None: not asked)
+    upstream: bool | None = None  # whether it quotes an upstream check (None: not asked)
+
+
+CASES: tuple[Case, ...] = (
+    # OPT002: [0, 1] is closed at both ends, and a fraction below 0 is out of range too
+    Case("OPT002", Example(_bridge_optimizer(optimizer_offload_fraction=-0.5)), True, "below the range",
+         says=("-0.5 is outside [0, 1]", "behaves like 0 (nothing offloaded)"), patch=False),
+    Case("OPT002", Example(_bridge_optimizer(optimizer_offload_fraction=0.0)), False, "0 is in range (OPT001's case)"),
+    Case("OPT002", Example(_bridge_optimizer(optimizer_offload_fraction=1.0001)), True, "just above 1",
+         says=("behaves like 1.0",), patch=True),
+    Case("OPT002", Example(_bridge_optimizer(optimizer_cpu_offload=False, optimizer_offload_fraction=1.5)), False,
+         "the switch is off: not read"),
+    Case("OPT002", Example(_nemo_rl_optimizer(optimizer_offload_fraction=-0.5), "nemo-rl"), True,
+         "NeMo-RL main refuses it, and the finding quotes its check", upstream=True),
+    # OPT013: only NeMo-RL after PR #3628 requires the distributed optimizer
+    Case("OPT013", Example(_nemo_rl_optimizer(use_distributed_optimizer=False, use_precision_aware_optimizer=False),
+                           "nemo-rl", nemo_rl="0.7.0"), False, "NeMo-RL 0.7.0 does not check it"),
+    Case("OPT013", Example(_nemo_rl_optimizer(optimizer_cpu_offload=False, use_distributed_optimizer=False,
+                                              use_precision_aware_optimizer=False), "nemo-rl"),
+         False, "no optimizer offload"),
+    # OPT015: Adam and SGD are both supported
+    Case("OPT015", Example(_bridge_optimizer(optimizer_offload_fraction=1.0, optimizer="sgd")), False, "SGD is built"),
+    Case("OPT015", Example(_bridge_optimizer(optimizer_cpu_offload=False, optimizer="lion")), False,
+         "no optimizer offload"),
+    Case("OPT015", Example(_nemo_rl_optimizer(optimizer="lion"), "nemo-rl"), True, "NeMo-RL main refuses it",
+         says=("optimizer='lion'",), upstream=True),
+    Case("OPT015", Example(_nemo_rl_optimizer(optimizer="lion"), "nemo-rl", nemo_rl="0.7.0"), True,
+         "NeMo-RL 0.7.0 does not refuse it: beyond upstream there", upstream=False),
+)
+
+
+def _id(case: Case) -> str:
+    return f"{case.rule}-{'fires' if case.fires else 'silent'}-{case.why}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_rule_on_each_side_of_its_boundaries(case: Case) -> None:
+    rule = BY_ID[case.rule]
+    found = [f for f in run_example(rule, case.example) if f.rule == case.rule]
+    assert bool(found) == case.fires, [(f.rule, f.message) for f in run_example(rule, case.example)]
+    for f in found:
+        assert all(text in f.message or text in f.fix for text in case.says), (f.message, f.fix)
+        assert case.patch is None or bool(f.patch) == case.patch, f.patch
+        assert case.upstream is None or (f.upstream is not None) == case.upstream, f.upstream
+
+
+def test_case_ids_are_unique() -> None:
+    assert len({_id(c) for c in CASES}) == len(CASES)
