@@ -92,3 +92,15 @@ def test_quoted_command_output_is_what_the_command_prints(name: str, line: int, 
     printed = {out.rstrip() for out in done.stdout.splitlines()}
     missing = [e for e in expected if e.rstrip() not in printed]
     assert not missing, f"{name}:{line}: `{command}` no longer prints:\n" + "\n".join(missing)
+
+
+def test_activation_terms_reference_is_current() -> None:
+    """In the test process (tools/generate.py --check runs in a subprocess), so that a mutation tool sees it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("activation_terms", ROOT / "tools" / "activation_terms.py")
+    assert spec and spec.loader
+    terms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(terms)
+    assert (ROOT / "reference" / "activation-terms.md").read_text(encoding="utf-8") == terms.markdown(), \
+        "run: python tools/generate.py"

@@ -7,7 +7,8 @@ written, and the run exits 1 listing each stale file with the command that fixes
 Offline (a fresh clone, no git mirrors) every file is still checked:
 
 - the documents generated from the code or from committed artifacts (``reference/rules.md``,
-  ``reference/parameters.md``, ``reference/memory-model.md``, ``reference/differential.md``) and the planner's
+  ``reference/parameters.md``, ``reference/memory-model.md``, ``reference/activation-terms.md``,
+  ``reference/differential.md``) and the planner's
   validation (``reference/benchmarks/planner_validation.json``) are regenerated in full;
 - a data table read from upstream source (``checks/data/*.json``) is re-rendered: its committed data put
   through its tool's own writer, so formatting drift shows, and where the tool can read what is installed,
@@ -185,6 +186,11 @@ def _memory_model_md(_: Sources) -> str:
     return text
 
 
+def _activation_terms_md(_: Sources) -> str:
+    text: str = tool("activation_terms").markdown()
+    return text
+
+
 def _planner_validation(_: Sources) -> str:
     text: str = tool("planner_validation").produce()
     return text
@@ -344,6 +350,8 @@ GENERATED: tuple[Generated, ...] = (  # in the order they are written: a file be
     Generated("reference/memory-model.md", _memory_model_md,
               how="tools/memory_report.py markdown(), from reference/benchmarks/activation_validation.json and "
                   "reference/benchmarks/planner_validation.json"),
+    Generated("reference/activation-terms.md", _activation_terms_md,
+              how="tools/activation_terms.py markdown(), from checks/plan/activations.py and the presets"),
     Generated("reference/differential.md", _differential_md,
               how="tools/differential_matrix.py markdown(), from reference/benchmarks/differential.json"),
 )

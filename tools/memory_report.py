@@ -134,9 +134,10 @@ def markdown(data: dict[str, Any], planner: dict[str, Any] | None = None) -> str
         "`optimizer_cpu_offload`, `HybridDeviceOptimizer`'s greedy whole-tensor split of that shard: "
         "16 host bytes per offloaded element, 12 GPU bytes per element left behind. `tests/test_plan.py` "
         "checks these numbers element by element against a brute-force layout.",
-        "- **Activations**: per layer, the storages saved for backward (`checks/plan/activations.py`), "
-        "times the micro-batches the pipeline schedule keeps in flight, less what each offload mechanism "
-        "moves; plus the embedding's and the loss's.",
+        "- **Activations**: per layer, the storages saved for backward (`checks/plan/activations.py`; "
+        "`reference/activation-terms.md` lists every one for each preset), times the micro-batches the "
+        "pipeline schedule keeps in flight, less what each offload mechanism moves; plus the embedding's and "
+        "the loss's.",
         "",
         "## Activation profiles against measurement",
         "",
