@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -403,3 +404,49 @@ def test_moe_preset_top_k_matches_the_megatron_lm_argument_files() -> None:
                               check=True).stdout
         (found,) = re.findall(r"--moe-router-topk\s+(\d+)", text)
         assert PRESETS[name].moe_top_k == int(found), name
+
+
+# -- the whole plan, as printed ----------------------------------------------------------------------------------
+# Each command's full output (text and JSON) is held in tests/golden/plan/: the figures, the options, their order,
+# the recommendation and the assumptions. After an intended change to the planner, regenerate them with
+#     UPDATE_GOLDEN=1 python -m pytest tests/test_plan.py -k golden
+# and read the diff: it is the change the user sees.
+GOLDEN = ROOT / "tests" / "golden" / "plan"
+PPO = str(EXAMPLES / "nemo-rl" / "ppo_value_model.yaml")
+PLANS: dict[str, list[str]] = {
+    "llama3-8b": ["--preset", "llama3-8b", "--gpus", "8"],
+    "llama3-70b-fits": ["--preset", "llama3-70b", "--gpus", "64"],
+    "mixtral-nothing-fits": ["--preset", "mixtral-8x7b", "--gpus", "8"],
+    "qwen3-235b-stages": ["--preset", "qwen3-235b-a22b", "--gpus", "64"],
+    "deepseek-v3": ["--preset", "deepseek-v3", "--gpus", "512"],
+    "nemotron-h": ["--preset", "nemotron-h-8b", "--gpus", "8", "--hardware", "h200-sxm"],
+    "llama3-8b-configured-offload": ["--preset", "llama3-8b", "--gpus", "8", "--set",
+                                     "optimizer.optimizer_cpu_offload=true", "--set",
+                                     "optimizer.optimizer_offload_fraction=0.5", "--set", "model.cpu_offloading=true",
+                                     "--set", "model.cpu_offloading_num_layers=4"],
+    "nemo-rl-two-targets": [PPO, "--preset", "llama3-8b", "--set", "value.megatron_cfg.activation_checkpointing=false",
+                            "--set", "value.megatron_cfg.optimizer.optimizer_offload_fraction=1.0"],
+}
+
+
+def _golden_cases() -> list[tuple[str, list[str]]]:
+    return [(f"{name}.{ext}", [*argv, "--format", fmt]) for name, argv in PLANS.items()
+            for ext, fmt in (("txt", "text"), ("json", "json"))]
+
+
+@pytest.mark.parametrize(("name", "argv"), _golden_cases(), ids=[n for n, _ in _golden_cases()])
+def test_golden_plan_output(name: str, argv: list[str], capsys: pytest.CaptureFixture[str],
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    code = main(["plan", *argv])
+    out = capsys.readouterr().out.replace(str(ROOT) + "/", "")
+    printed = f"exit {code}\n{out}"
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(printed, encoding="utf-8")
+    assert printed == path.read_text(encoding="utf-8"), f"the plan changed: see the docstring above to update {path}"
+
+
+def test_every_golden_file_is_a_case() -> None:
+    assert sorted(p.name for p in GOLDEN.iterdir()) == sorted(n for n, _ in _golden_cases())

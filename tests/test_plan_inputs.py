@@ -352,3 +352,20 @@ def test_a_micro_batch_size_over_a_preset_keeps_its_step_of_micro_batches(capsys
     _, with_set = plan(capsys, "--preset", "llama3-8b", "--flavor", "bridge", "--set", "train.micro_batch_size=2")
     assert with_set["training"] == bare["training"]
     assert with_set["training"]["num_microbatches"] == PRESET_MICROBATCHES_PER_STEP
+
+
+@pytest.mark.parametrize(("hf_id", "reason"), [
+    ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1 uses multi-latent attention, whose dimensions the model "
+                                "catalogue does not hold; use a preset (--preset NAME)"),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 uses Mamba layers, "
+                                                   "whose dimensions the model catalogue does not hold; use a preset "
+                                                   "(--preset NAME)"),
+    ("Qwen/Qwen2.5-1.5X", "'Qwen/Qwen2.5-1.5X' is neither a preset (llama3-8b, llama3-70b, qwen3-30b-a3b, "
+                          "qwen3-235b-a22b, mixtral-8x7b, deepseek-v3, nemotron-h-8b) nor in the model catalogue; "
+                          "closest ids: Qwen/Qwen2.5-1.5B, Qwen/Qwen2.5-0.5B, Qwen/Qwen2-1.5B"),
+])
+def test_a_checkpoint_the_catalogue_cannot_size_says_why(hf_id: str, reason: str) -> None:
+    """The reason reaches the user as the planner's error line, word for word."""
+    from checks.plan.presets import catalogue_preset
+
+    assert catalogue_preset(hf_id) == reason

@@ -56,6 +56,7 @@ SELECTION = (
     "test_rules", "test_rule_boundaries", "test_examples", "test_fix_convergence", "test_fix_safety",
     "test_rule_reads", "test_differential", "test_differential_properties", "test_override_semantics",
     "test_properties", "test_versions", "test_docs", "test_cli", "test_bad_input", "test_output_schema",
+    "test_nemo_rl_models",
     "test_plan", "test_plan_inputs", "test_plan_memory_defects", "test_plan_time_and_confidence", "test_step_time",
     "test_planner_validation", "test_presets_published", "test_activations", "test_model",
     "test_offload", "test_offload_hazards", "test_hybrid_adam", "test_run_offload", "test_hazard_notes",
