@@ -144,3 +144,16 @@ def test_fine_grained_config_is_refused_with_the_checkers_message() -> None:
         FineGrainedOffloadConfig(True, ("fused_group_mlp",)).validate(num_moe_experts=4)
     with pytest.warns(UserWarning, match="FGA013"):
         FineGrainedOffloadConfig(True, ("expert_fc1",)).validate(num_moe_experts=None)
+
+
+def test_a_block_covers_exactly_the_elements_its_views_reach() -> None:
+    """A block copies [start, end) of the storage: from the lowest view's offset aligned down to 64 bytes, to one
+    past the last element any view reaches. An empty view reaches nothing, whatever its other dimensions."""
+    from examples.offload.engine import _extent
+
+    base = torch.arange(64, dtype=torch.float32)
+    assert _extent([base[20:25], base[22:30]]) == (16, 30)  # 16 floats = 64 bytes
+    assert _extent([base[40:].view(3, 8)[:, :2]]) == (32, 58)  # a strided view: its last element is 40+2*8+1
+    empty = base[40:].view(3, 8)[:, :0]  # shape (3, 0), offset 40: no element
+    assert _extent([base[36:38], empty]) == (32, 40)
+    assert _extent([torch.arange(32, dtype=torch.float64)[10:12]]) == (8, 12)  # 64 bytes = 8 doubles

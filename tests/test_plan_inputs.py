@@ -369,3 +369,14 @@ def test_a_checkpoint_the_catalogue_cannot_size_says_why(hf_id: str, reason: str
     from checks.plan.presets import catalogue_preset
 
     assert catalogue_preset(hf_id) == reason
+
+
+def test_distributed_checkpoints_under_tensor_parallelism_are_refused_with_why(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", "--preset", "llama3-70b", "--gpus", "64", "--set", "model.recompute_granularity=full",
+                 "--set", "model.recompute_method=uniform", "--set", "model.recompute_num_layers=1", "--set",
+                 "model.distribute_saved_activations=true"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "error: --set #4: distribute_saved_activations=true: the planner keeps each full-recompute checkpoint's "
+        "whole input, not a tensor-parallel share of it; plan without it for an upper bound on activations\n")

@@ -37,6 +37,12 @@ def _nemo_rl_optimizer(**values: Any) -> str:
     return _yaml({"policy": {"megatron_cfg": {"enabled": True, "optimizer": {**base, **values}}}})
 
 
+def _fine_grained(**model: Any) -> str:
+    """A Bridge config with fine-grained offloading of core_attn on, as Transformer Engine >= 2.10 needs it."""
+    base = {"fine_grained_activation_offloading": True, "offload_modules": ["core_attn"]}
+    return _yaml({"model": {**base, **model}, "env_vars": {"NVTE_CPU_OFFLOAD_V1": 1}})
+
+
 @dataclass(frozen=True)
 class Case:
     rule: str
@@ -73,7 +79,64 @@ CASES: tuple[Case, ...] = (
          says=("optimizer='lion'",), upstream=True),
     Case("OPT015", Example(_nemo_rl_optimizer(optimizer="lion"), "nemo-rl", nemo_rl="0.7.0"), True,
          "NeMo-RL 0.7.0 does not refuse it: beyond upstream there", upstream=False),
+    # OPT005: the fix adds the distributed optimizer only when it is missing
+    Case("OPT005", Example("--bf16 --optimizer-cpu-offload", "megatron-lm"), True, "no distributed optimizer either",
+         says=("Add --use-precision-aware-optimizer and --use-distributed-optimizer",), patch=True),
+    Case("OPT005", Example("--bf16 --use-distributed-optimizer", "megatron-lm"), False, "no optimizer offload"),
+    # FGA010: fused_group_mlp alone, with the op fuser
+    Case("FGA010", Example(_yaml({"model": {"fine_grained_activation_offloading": True,
+                                            "offload_modules": ["fused_group_mlp", "expert_fc1", "moe_act"],
+                                            "num_moe_experts": 8, "use_transformer_engine_op_fuser": True},
+                                  "env_vars": {"NVTE_CPU_OFFLOAD_V1": 1}})), True, "with expert_fc1 and moe_act",
+         says=("together with ['expert_fc1', 'moe_act']", "Keep fused_group_mlp alone"), patch=True, upstream=True),
+    Case("FGA010", Example(_yaml({"model": {"fine_grained_activation_offloading": False,
+                                            "offload_modules": ["fused_group_mlp"], "num_moe_experts": 8}})), False,
+         "fine-grained offloading off"),
+    # FGA016: a PP delta of one byte still means something with PP, nothing without; a negative one is not > 0
+    Case("FGA016", Example(_fine_grained(delta_offload_bytes_across_pp_ranks=1)), True, "a delta of 1 byte without PP",
+         says=("delta_offload_bytes_across_pp_ranks=1 has no effect",)),
+    Case("FGA016", Example(_fine_grained(delta_offload_bytes_across_pp_ranks=0)), False, "a delta of 0"),
+    Case("FGA016", Example(_fine_grained(fine_grained_offloading_max_inflight_offloads=-1)), True,
+         "a negative in-flight cap",
+         says=("max_inflight_offloads=-1 behaves like 0",), patch=True),
+    Case("FGA016", Example(_fine_grained(fine_grained_offloading_max_inflight_offloads=0)), False,
+         "an in-flight cap of 0"),
+    # CFG007: each kind of refused override gets its own fix
+    Case("CFG007", Example(_yaml({"model": {"cpu_offloading": False}}), overrides=("model.cpu_offloadin=true",)),
+         True, "a typo in Bridge", says=("Check the key (did you mean 'cpu_offloading'?): the config has no such key. "
+                                         "To add one, write +model.cpu_offloadin=true (Bridge then drops a key its "
+                                         "dataclass lacks)",)),
+    Case("CFG007", Example(_yaml({"policy": {"megatron_cfg": {"enabled": True, "optimizer": {"lr": 1.0}}}}),
+                           "nemo-rl", overrides=("policy.megatron_cfg.optimizer.optimizer_cpu_ofload=true",)),
+         True, "a typo in NeMo-RL",
+         says=("To add one, write +policy.megatron_cfg.optimizer.optimizer_cpu_ofload=true",)),
+    Case("CFG007", Example(_yaml({"model": {"cpu_offloading": False}}), overrides=("~model.cpu_offloading_x",)),
+         True, "deleting what is not there", says=("Remove the override: there is nothing to delete",)),
+    Case("CFG007", Example(_yaml({"model": {"cpu_offloading": False}}), overrides=("~model.cpu_offloading=true",)),
+         True, "deleting with another value", says=("Write ~model.cpu_offloading without a value, or give the value "
+                                                    "the key has",)),
+    # CFG002: what the repair patch proposes for a quoted number
+    Case("CFG002", Example(_yaml({"model": {"num_layers": "24"}})), True, "a quoted int", says=("num_layers",),
+         patch=True),
 )
+
+
+@pytest.mark.parametrize(("kind", "value", "meant"), [
+    ("bool", "yes", True), ("bool", " Off ", False), ("bool", "1", True), ("bool", "0", False), ("bool", "on", True),
+    ("bool", "no", False), ("bool", "maybe", None),
+    ("int", "4", 4), ("int", " 4.0 ", 4), ("int", "4.5", None), ("int", "four", None), ("int", 3.0, 3),
+    ("int", 3.5, None),
+    ("float", "0.5", 0.5), ("float", "half", None), ("float", 3, None),
+    ("list_str", "[core_attn, attn_proj]", ["core_attn", "attn_proj"]), ("list_str", "core_attn", ["core_attn"]),
+    ("list_str", "core_attn attn_proj", ["core_attn", "attn_proj"]), ("list_str", "", None),
+    ("str", "x", None),
+])
+def test_cfg002_repairs_what_the_user_most_likely_meant(kind: str, value: Any, meant: Any) -> None:
+    """CFG002's patch: the value a quoted or mistyped one most likely stands for, None when it cannot be told."""
+    from checks.rules.keys import _repair
+
+    repaired = _repair(kind, value)
+    assert repaired == meant and type(repaired) is type(meant)
 
 
 def _id(case: Case) -> str:
