@@ -127,3 +127,15 @@ def test_cuda_hybrid_adamw_matches_torch(overlap: bool) -> None:
     got = train(lambda ps: HybridAdamW(ps, lr=1e-2, offload_fraction=0.5, overlap=overlap))
     for a, b in zip(reference, got, strict=True):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
+
+
+def test_hybrid_adam_pins_its_host_copies() -> None:
+    """The host master copy and gradient of every offloaded bf16 parameter are pinned, so that their copies can
+    run on the side streams without a staging buffer (HybridDeviceOptimizer pins the same pieces)."""
+    params = [torch.nn.Parameter(torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)) for _ in range(3)]
+    opt = HybridAdamW(params, offload_fraction=1.0)
+    host = [s for s in opt.segments if s.host]
+    assert host and not any(s.aliased for s in host)
+    assert all(s.master.is_pinned() and s.grad is not None and s.grad.is_pinned() for s in host)
+    unpinned = HybridAdamW(params, offload_fraction=1.0, pin_memory=False)
+    assert not any(s.master.is_pinned() for s in unpinned.segments if s.host)

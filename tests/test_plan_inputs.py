@@ -380,3 +380,27 @@ def test_distributed_checkpoints_under_tensor_parallelism_are_refused_with_why(
     assert capsys.readouterr().err == (
         "error: --set #4: distribute_saved_activations=true: the planner keeps each full-recompute checkpoint's "
         "whole input, not a tensor-parallel share of it; plan without it for an upper bound on activations\n")
+
+
+def test_a_preset_named_by_its_hugging_face_id_is_the_curated_preset() -> None:
+    """``--preset deepseek-ai/DeepSeek-R1`` is the deepseek-v3 preset (its layout and MLA dimensions), not a row of
+    the model catalogue, which cannot size multi-latent attention."""
+    from checks.plan.job import presets
+
+    assert presets(["deepseek-ai/DeepSeek-R1"]) == (PRESETS["deepseek-v3"], {})
+    assert presets(["value=meta-llama/Llama-3.1-8B"]) == (None, {"value": PRESETS["llama3-8b"]})
+
+
+def test_an_unsized_model_says_how_to_name_its_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One model: the reason alone (it already says --preset NAME); several: which model, and TARGET=NAME."""
+    one = tmp_path / "one.yaml"
+    one.write_text("policy:\n  model_name: example-org/Not-In-The-Catalogue\n  megatron_cfg:\n    enabled: true\n")
+    assert main(["plan", str(one)]) == 2
+    err_text = capsys.readouterr().err
+    assert "TARGET=NAME" not in err_text and "--preset NAME" in err_text, err_text
+    ppo = str(ROOT / "examples" / "configs" / "nemo-rl" / "ppo_value_model.yaml")
+    code = main(["plan", ppo, "--set", "value.megatron_cfg.activation_checkpointing=false", "--set",
+                 "value.megatron_cfg.optimizer.optimizer_offload_fraction=1.0"])
+    err_text = capsys.readouterr().err
+    assert code == 2 and "[value] the planner needs the model's dimensions" in err_text
+    assert err_text.rstrip().endswith(f"; add --preset NAME or TARGET=NAME (known: {', '.join(PRESETS)})")

@@ -101,6 +101,32 @@ CASES: tuple[Case, ...] = (
          says=("max_inflight_offloads=-1 behaves like 0",), patch=True),
     Case("FGA016", Example(_fine_grained(fine_grained_offloading_max_inflight_offloads=0)), False,
          "an in-flight cap of 0"),
+    # FGA008 (MoE offload inside recomputed MoE): moe_layer_recompute is selective recompute of "moe" too
+    Case("FGA008", Example(_fine_grained(offload_modules=["moe_act"], num_moe_experts=8, moe_layer_recompute=True)),
+         True, "moe_layer_recompute instead of recompute_modules", upstream=True),
+    Case("FGA008", Example(_fine_grained(offload_modules=["core_attn"], num_moe_experts=8, moe_layer_recompute=True)),
+         False, "no MoE-internal module offloaded"),
+    # CFG003: an optimizer field another release has is named with the releases that have it
+    Case("CFG003", Example(_bridge_optimizer(decoupled_weight_decay=False), version="0.14.0"), True,
+         "an optimizer field from 0.15 on", says=("optimizer.decoupled_weight_decay", "the keys exist in 0.15.3")),
+    # ACT009: a Bridge provider named Hybrid (megatron-core's HybridStack) gets no layer-level offload either
+    Case("ACT009", Example(_yaml({"model": {"_target_": "megatron.bridge.models.hybrid.hybrid_provider."
+                                                        "HybridModelProvider", "num_layers": 24, "cpu_offloading": True,
+                                            "cpu_offloading_num_layers": 4}})), True, "a HybridModelProvider",
+         says=("no effect on a hybrid model (HybridModelProvider)",)),
+    # OPT003: pin_cpu_grads=false is a knob without the switch as well
+    Case("OPT003", Example(_yaml({"optimizer": {"optimizer_cpu_offload": False, "pin_cpu_grads": False}})), True,
+         "pin_cpu_grads=false", says=("pin_cpu_grads=False has no effect",)),
+    Case("OPT003", Example(_yaml({"optimizer": {"optimizer_cpu_offload": False, "pin_cpu_grads": True}})), False,
+         "pin_cpu_grads at its default"),
+    # ACT011: turning recompute off is spelled per front end
+    Case("ACT011", Example(_yaml({"model": {"num_layers": 8, "recompute_granularity": "block"}})), True,
+         "an unknown granularity in Bridge", says=("turn recompute off (recompute_granularity=null)",)),
+    # TEX006: attention offloaded inside a captured attn graph needs TE 2.14
+    Case("TEX006", Example(_fine_grained(cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"]),
+                           te="2.13"), True, "TE 2.13", says=("inside a captured attn CUDA graph",), upstream=True),
+    Case("TEX006", Example(_fine_grained(cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"]),
+                           te="2.14"), False, "TE 2.14"),
     # CFG007: each kind of refused override gets its own fix
     Case("CFG007", Example(_yaml({"model": {"cpu_offloading": False}}), overrides=("model.cpu_offloadin=true",)),
          True, "a typo in Bridge", says=("Check the key (did you mean 'cpu_offloading'?): the config has no such key. "
@@ -117,6 +143,9 @@ CASES: tuple[Case, ...] = (
                                                     "the key has",)),
     # CFG002: what the repair patch proposes for a quoted number
     Case("CFG002", Example(_yaml({"model": {"num_layers": "24"}})), True, "a quoted int", says=("num_layers",),
+         patch=True),
+    Case("CFG002", Example(_bridge_optimizer(optimizer_offload_fraction="0.5")), True, "a quoted float",
+         says=("Write optimizer_offload_fraction as an unquoted number, e.g. optimizer_offload_fraction: 0.5",),
          patch=True),
 )
 
@@ -156,3 +185,13 @@ def test_rule_on_each_side_of_its_boundaries(case: Case) -> None:
 
 def test_case_ids_are_unique() -> None:
     assert len({_id(c) for c in CASES}) == len(CASES)
+
+
+def test_cfg009_without_a_file_asks_for_the_config_file() -> None:
+    """NeMo-RL overrides with no config file: the fix asks for the file (Bridge's asks for the recipe's dump)."""
+    from checks.engine import run
+    from checks.loaders import Request, load
+
+    found = [f for f in run(load(Request(overrides=("+policy.megatron_cfg.recompute_granularity=selective",),
+                                         flavor="nemo-rl"))) if f.rule == "CFG009"]
+    assert [f.fix for f in found] == ["To check it exactly, give the config file the run uses"]

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import re
 import shutil
@@ -238,8 +239,10 @@ def report(work: Path, sample: list[str], seed: int, command: str) -> dict[str, 
     commit = _run(["git", "rev-parse", "HEAD"], work, capture_output=True).stdout.strip()
     return {
         "artifact": "mutation",
-        "tool": MUTMUT, "command": command, "source_commit": commit, "seed": seed,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        # the work tree is the commit, cloned, with the workarounds above applied to the copy only
+        "revision": {"git_commit": commit, "git_dirty": False, "tool": MUTMUT, "command": command,
+                     "python": platform.python_version(), "date": datetime.now(UTC).isoformat(timespec="seconds")},
+        "seed": seed,
         "tests": [f"tests/{name}.py" for name in SELECTION],
         "mutants": len(codes), "sampled": len(sample),
         "score": round(sum(s != "survived" for s in decided) / len(decided), 4) if decided else None,
