@@ -119,6 +119,23 @@ CASES: tuple[Case, ...] = (
          "pin_cpu_grads=false", says=("pin_cpu_grads=False has no effect",)),
     Case("OPT003", Example(_yaml({"optimizer": {"optimizer_cpu_offload": False, "pin_cpu_grads": True}})), False,
          "pin_cpu_grads at its default"),
+    # ACT002: a pipeline size of 0 is not pipeline parallelism (megatron-core reads 0 or None as 1 here)
+    Case("ACT002", Example(_yaml({"model": {"num_layers": 24, "cpu_offloading": True, "cpu_offloading_num_layers": 4,
+                                            "pipeline_model_parallel_size": 0}})), False, "PP 0"),
+    # ACT006: each knob that acts only under the switch
+    Case("ACT006", Example(_yaml({"model": {"cpu_offloading": False, "cpu_offloading_double_buffering": True}})),
+         True, "double buffering without the switch",
+         says=("cpu_offloading_double_buffering=True has no effect because cpu_offloading is false",)),
+    # FGA002 in NeMo-RL: its own set-up check refuses an empty list first
+    Case("FGA002", Example(_yaml({"policy": {"megatron_cfg": {"enabled": True, "fine_grained_activation_offloading":
+                                                              True, "offload_modules": []}}}), "nemo-rl"), True,
+         "NeMo-RL", says=("NeMo-RL stops with a ValueError at set-up",), upstream=True),
+    # OPT012: fp4 parameters have their own fix
+    Case("OPT012", Example(_yaml({"model": {"fp4_param": True, "fp4": "e2m1"},
+                                  "optimizer": {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0,
+                                                "use_precision_aware_optimizer": True,
+                                                "use_distributed_optimizer": True}})), True, "fp4 parameters",
+         says=("Set fp4_param=false, or turn optimizer offloading off",)),
     # ACT011: turning recompute off is spelled per front end
     Case("ACT011", Example(_yaml({"model": {"num_layers": 8, "recompute_granularity": "block"}})), True,
          "an unknown granularity in Bridge", says=("turn recompute off (recompute_granularity=null)",)),

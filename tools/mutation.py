@@ -220,7 +220,7 @@ def diff(work: Path, mutant: str) -> str:
                      not line.startswith(("+++", "---")))
 
 
-def report(work: Path, sample: list[str], seed: int, command: str) -> dict[str, Any]:
+def report(work: Path, sample: list[str], seed: int, command: str, tests_commit: str | None) -> dict[str, Any]:
     codes = outcomes(work)
     reasons = {entry["mutant"]: entry["reason"] for entry in
                (yaml.safe_load(SURVIVORS_FILE.read_text()) or [])} if SURVIVORS_FILE.exists() else {}
@@ -240,7 +240,8 @@ def report(work: Path, sample: list[str], seed: int, command: str) -> dict[str, 
     return {
         "artifact": "mutation",
         # the work tree is the commit, cloned, with the workarounds above applied to the copy only
-        "revision": {"git_commit": commit, "git_dirty": False, "tool": MUTMUT, "command": command,
+        "revision": {"git_commit": commit, "git_dirty": False, "tests_commit": tests_commit or commit,
+                     "tool": MUTMUT, "command": command,
                      "python": platform.python_version(), "date": datetime.now(UTC).isoformat(timespec="seconds")},
         "seed": seed,
         "tests": [f"tests/{name}.py" for name in SELECTION],
@@ -269,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         setup(work)
         prime(work)
     sample = draw(list(outcomes(work)), args.sample, args.seed)
+    tests_commit = None
     if args.rerun_survivors:
+        if _run(["git", "status", "--porcelain", "tests", "tools"], ROOT, capture_output=True).stdout.strip():
+            raise SystemExit("commit the tests first: the artifact records the commit they come from")
+        tests_commit = _run(["git", "rev-parse", "HEAD"], ROOT, capture_output=True).stdout.strip()
         copy_tests(work)
         codes = outcomes(work)
         todo = [n for n in sample if STATUS.get(codes.get(n)) in ("survived", "not checked")]
@@ -282,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     for start in range(0, len(todo), 200):  # a bounded command line
         mutmut(work, "run", "--max-children", str(args.max_children), *todo[start:start + 200])
     command = "python tools/mutation.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
-    document = report(work, sample, args.seed, re.sub(r"\s+", " ", command).strip())
+    document = report(work, sample, args.seed, re.sub(r"\s+", " ", command).strip(), tests_commit)
     args.out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}: score {document['score']} over {document['sampled']} of {document['mutants']} "
           f"mutants; {document['survived']} survived, {document['survived_justified']} of them justified")
