@@ -404,3 +404,14 @@ def test_an_unsized_model_says_how_to_name_its_preset(tmp_path: Path, capsys: py
     err_text = capsys.readouterr().err
     assert code == 2 and "[value] the planner needs the model's dimensions" in err_text
     assert err_text.rstrip().endswith(f"; add --preset NAME or TARGET=NAME (known: {', '.join(PRESETS)})")
+
+
+def test_fp32_parameters_get_no_optimizer_offload_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """The checker judges each option with the job's parameter dtype stated: fp32 parameters with the distributed
+    optimizer and optimizer offload fail to build (OPT011), so the plan offers no optimizer offload; bf16 does."""
+    def mechanisms(*extra: str) -> list[str]:
+        assert main(["plan", "--preset", "llama3-8b", "--gpus", "8", "--format", "json", *extra]) == 1
+        return [o["mechanism"] for o in json.loads(capsys.readouterr().out)["options"]]
+
+    assert "optimizer offload" in mechanisms()
+    assert not any("optimizer offload" in m for m in mechanisms("--set", "model.bf16=false"))

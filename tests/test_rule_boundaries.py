@@ -50,6 +50,7 @@ class Case:
     fires: bool
     why: str
     says: tuple[str, ...] = ()  # substrings of the finding's message (or fix), when it fires
+    fix: str | None = None  # the finding's whole fix, where the case is about it
     patch: bool | None = None  # whether the finding carries a patch (None: not asked)
     upstream: bool | None = None  # whether it quotes an upstream check (None: not asked)
 
@@ -81,7 +82,7 @@ CASES: tuple[Case, ...] = (
          "NeMo-RL 0.7.0 does not refuse it: beyond upstream there", upstream=False),
     # OPT005: the fix adds the distributed optimizer only when it is missing
     Case("OPT005", Example("--bf16 --optimizer-cpu-offload", "megatron-lm"), True, "no distributed optimizer either",
-         says=("Add --use-precision-aware-optimizer and --use-distributed-optimizer",), patch=True),
+         fix="Add --use-precision-aware-optimizer and --use-distributed-optimizer", patch=True),
     Case("OPT005", Example("--bf16 --use-distributed-optimizer", "megatron-lm"), False, "no optimizer offload"),
     # FGA010: fused_group_mlp alone, with the op fuser
     Case("FGA010", Example(_yaml({"model": {"fine_grained_activation_offloading": True,
@@ -135,7 +136,7 @@ CASES: tuple[Case, ...] = (
                                   "optimizer": {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0,
                                                 "use_precision_aware_optimizer": True,
                                                 "use_distributed_optimizer": True}})), True, "fp4 parameters",
-         says=("Set fp4_param=false, or turn optimizer offloading off",)),
+         fix="Set fp4_param=false, or turn optimizer offloading off"),
     # ACT011: turning recompute off is spelled per front end
     Case("ACT011", Example(_yaml({"model": {"num_layers": 8, "recompute_granularity": "block"}})), True,
          "an unknown granularity in Bridge", says=("turn recompute off (recompute_granularity=null)",)),
@@ -146,23 +147,23 @@ CASES: tuple[Case, ...] = (
                            te="2.14"), False, "TE 2.14"),
     # CFG007: each kind of refused override gets its own fix
     Case("CFG007", Example(_yaml({"model": {"cpu_offloading": False}}), overrides=("model.cpu_offloadin=true",)),
-         True, "a typo in Bridge", says=("Check the key (did you mean 'cpu_offloading'?): the config has no such key. "
+         True, "a typo in Bridge", fix=("Check the key (did you mean 'cpu_offloading'?): the config has no such key. "
                                          "To add one, write +model.cpu_offloadin=true (Bridge then drops a key its "
-                                         "dataclass lacks)",)),
+                                         "dataclass lacks)")),
     Case("CFG007", Example(_yaml({"policy": {"megatron_cfg": {"enabled": True, "optimizer": {"lr": 1.0}}}}),
                            "nemo-rl", overrides=("policy.megatron_cfg.optimizer.optimizer_cpu_ofload=true",)),
          True, "a typo in NeMo-RL",
          says=("To add one, write +policy.megatron_cfg.optimizer.optimizer_cpu_ofload=true",)),
     Case("CFG007", Example(_yaml({"model": {"cpu_offloading": False}}), overrides=("~model.cpu_offloading_x",)),
-         True, "deleting what is not there", says=("Remove the override: there is nothing to delete",)),
+         True, "deleting what is not there", fix="Remove the override: there is nothing to delete"),
     Case("CFG007", Example(_yaml({"model": {"cpu_offloading": False}}), overrides=("~model.cpu_offloading=true",)),
-         True, "deleting with another value", says=("Write ~model.cpu_offloading without a value, or give the value "
-                                                    "the key has",)),
+         True, "deleting with another value", fix="Write ~model.cpu_offloading without a value, or give the value "
+                                                   "the key has"),
     # CFG002: what the repair patch proposes for a quoted number
     Case("CFG002", Example(_yaml({"model": {"num_layers": "24"}})), True, "a quoted int", says=("num_layers",),
          patch=True),
     Case("CFG002", Example(_bridge_optimizer(optimizer_offload_fraction="0.5")), True, "a quoted float",
-         says=("Write optimizer_offload_fraction as an unquoted number, e.g. optimizer_offload_fraction: 0.5",),
+         fix="Write optimizer_offload_fraction as an unquoted number, e.g. optimizer_offload_fraction: 0.5",
          patch=True),
 )
 
@@ -196,6 +197,7 @@ def test_rule_on_each_side_of_its_boundaries(case: Case) -> None:
     assert bool(found) == case.fires, [(f.rule, f.message) for f in run_example(rule, case.example)]
     for f in found:
         assert all(text in f.message or text in f.fix for text in case.says), (f.message, f.fix)
+        assert case.fix is None or f.fix == case.fix, f.fix
         assert case.patch is None or bool(f.patch) == case.patch, f.patch
         assert case.upstream is None or (f.upstream is not None) == case.upstream, f.upstream
 
