@@ -415,3 +415,29 @@ def test_fp32_parameters_get_no_optimizer_offload_option(capsys: pytest.CaptureF
 
     assert "optimizer offload" in mechanisms()
     assert not any("optimizer offload" in m for m in mechanisms("--set", "model.bf16=false"))
+
+
+def test_grad_reduce_in_bf16_keeps_megatron_lm_gradients_in_bf16(capsys: pytest.CaptureFixture[str]) -> None:
+    """Megatron-LM with --bf16 reduces gradients in fp32 (4 bytes a parameter) unless --grad-reduce-in-bf16 (2)."""
+    argv = ("--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings "
+            "2048 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 --use-distributed-optimizer")
+
+    def stage(extra: str) -> dict[str, Any]:
+        main(["plan", "--argv", argv + extra, "--gpus", "8", "--format", "json"])
+        return json.loads(capsys.readouterr().out)["as_configured"]["stages"][0]
+
+    fp32 = stage("")
+    assert fp32["grads_bytes"] == 2 * fp32["weights_bytes"]
+    bf16 = stage(" --grad-reduce-in-bf16")
+    assert bf16["grads_bytes"] == bf16["weights_bytes"] == fp32["weights_bytes"]
+
+
+def test_an_option_the_job_environment_already_allows_needs_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """Fine-grained offload needs NVTE_CPU_OFFLOAD_V1=1 (TEX005) unless the job's env_vars already set it."""
+    def notes(*extra: str) -> list[str]:
+        main(["plan", "--preset", "llama3-8b", "--gpus", "8", "--format", "json", *extra])
+        options = json.loads(capsys.readouterr().out)["options"]
+        return [o["note"] for o in options if o["mechanism"].startswith("fine-grained")]
+
+    assert all("needs NVTE_CPU_OFFLOAD_V1=1" in note for note in notes())
+    assert notes("--set", "env_vars.NVTE_CPU_OFFLOAD_V1=1") == ["", ""]
