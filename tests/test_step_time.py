@@ -274,3 +274,23 @@ def test_megatron_lm_mfu_rows_quote_the_readme() -> None:
     readme = subprocess.run(["git", "-C", str(MLM_GIT), "show", "d98e8a64:README.md"], capture_output=True, text=True,
                             check=True).stdout.splitlines()
     assert "41% for the smallest model" in readme[115] and "47\u201348% for the largest" in readme[115]  # an en dash
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 0])
+def test_attention_flops_count_the_weights_the_parameter_model_builds(q_lora_rank: int | None) -> None:
+    """The matmul weights a token multiplies in attention are the attention's matrices as checks/model/parameters.py
+    lays them out (names checked against megatron-core's GPTModel by tests/test_model.py), with and without a q
+    down projection (DeepSeek-V3's q_lora_rank, and 0 as DeepSeek-V2-Lite has it)."""
+    from checks.model.parameters import _attention, _mla
+    from checks.model.shape import Parallelism
+    from checks.plan.presets import PRESETS
+    from checks.plan.setup import from_preset
+    from checks.plan.throughput import _attention_weights
+
+    for name in ("llama3-8b", "deepseek-v3"):
+        t = from_preset(PRESETS[name]).training
+        if q_lora_rank is not None and t.shape.mla is not None:
+            t = replace(t, shape=replace(t.shape, mla=replace(t.shape.mla, q_lora_rank=q_lora_rank)))
+        build = _mla if t.shape.mla is not None else _attention
+        matrices = [x for x in build(t.shape, Parallelism(), "") if x.matrix]
+        assert _attention_weights(t) == sum(x.numel for x in matrices), name
