@@ -441,3 +441,11 @@ def test_an_option_the_job_environment_already_allows_needs_nothing(capsys: pyte
 
     assert all("needs NVTE_CPU_OFFLOAD_V1=1" in note for note in notes())
     assert notes("--set", "env_vars.NVTE_CPU_OFFLOAD_V1=1") == ["", ""]
+
+
+def test_a_dtype_the_planner_cannot_size_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not counted as fp32: fp64 moments would be twice what the plan says."""
+    assert main(["plan", "--preset", "llama3-8b", "--gpus", "8", "--set", "optimizer.exp_avg_sq_dtype=fp64"]) == 2
+    assert capsys.readouterr().err == ("error: --set #1: exp_avg_sq_dtype=fp64: the planner sizes fp32, bf16, fp16, "
+                                       "fp8 only; plan with one of them\n")
+    assert main(["plan", "--preset", "llama3-8b", "--gpus", "8", "--set", "optimizer.exp_avg_sq_dtype=bf16"]) == 1

@@ -216,9 +216,9 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | None, data_parall
         param_bytes=_param_bytes(ctx), grad_bytes=_grad_bytes(ctx),
         distributed_optimizer=bool(ctx.get("optimizer.use_distributed_optimizer")),
         precision_aware_optimizer=bool(ctx.get("optimizer.use_precision_aware_optimizer")),
-        main_param_bytes=_DTYPE_BYTES.get(str(ctx.get("optimizer.main_params_dtype")), 4),
-        exp_avg_bytes=_DTYPE_BYTES.get(str(ctx.get("optimizer.exp_avg_dtype")), 4),
-        exp_avg_sq_bytes=_DTYPE_BYTES.get(str(ctx.get("optimizer.exp_avg_sq_dtype")), 4),
+        main_param_bytes=_dtype_bytes(ctx, "optimizer.main_params_dtype", 4),
+        exp_avg_bytes=_dtype_bytes(ctx, "optimizer.exp_avg_dtype", 4),
+        exp_avg_sq_bytes=_dtype_bytes(ctx, "optimizer.exp_avg_sq_dtype", 4),
         bucket_size=_bucket_size(ctx, dp), version=ctx.version)
     batch_per_rank = False
     if found is None and overrides_only:
@@ -603,7 +603,19 @@ def _capacity_factor(ctx: Context) -> float:
 def _param_bytes(ctx: Context) -> int:
     if ctx.get("model.bf16") or ctx.get("model.fp16"):
         return 2
-    return _DTYPE_BYTES.get(str(ctx.get("model.params_dtype")), 2)
+    return _dtype_bytes(ctx, "model.params_dtype", 2)
+
+
+def _dtype_bytes(ctx: Context, path: str, default: int) -> int:
+    """Bytes per element of a dtype field (``default`` where the version has no value for it). A dtype the planner
+    has no size for is refused: counting fp64 moments as 4 bytes would halve their memory without a word."""
+    value = ctx.get(path)
+    if value is None:
+        return default
+    if str(value) not in _DTYPE_BYTES:
+        raise _error(ctx, path, f"{_name(path)}={value}: the planner sizes {', '.join(_DTYPE_BYTES)} only; plan with "
+                                "one of them")
+    return _DTYPE_BYTES[str(value)]
 
 
 def _grad_bytes(ctx: Context) -> int:
