@@ -8,6 +8,7 @@ work directory, never in the project's: CI does not run this (a full run takes h
 Usage:
     python tools/mutation.py --dir /tmp/mutation --sample 600 --seed 15 --out reference/benchmarks/mutation.json
     python tools/mutation.py --dir /tmp/mutation --rerun-survivors --out ...   # after adding tests
+    python tools/mutation.py --dir /tmp/mutation --report-only --out ...       # after editing the reasons
 
 The first run clones the committed tree (``git clone`` of HEAD) into ``--dir``, makes the venv, generates every
 mutant and records which tests cover which function; later runs reuse it. ``--sample N`` runs N mutants drawn
@@ -262,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=600, help="mutants to run, across the three paths")
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--rerun-survivors", action="store_true", help="copy the current tests, rerun survivors")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rewrite the artifact from the recorded outcomes (after editing the survivors' reasons)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=ROOT / "reference" / "benchmarks" / "mutation.json")
     args = parser.parse_args(argv)
@@ -271,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
         prime(work)
     sample = draw(list(outcomes(work)), args.sample, args.seed)
     tests_commit = None
+    if args.report_only:
+        previous = json.loads(args.out.read_text(encoding="utf-8"))["revision"]
+        tests_commit, command = previous["tests_commit"], previous["command"]
+        document = report(work, sample, args.seed, command, tests_commit)
+        args.out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        return 0
     if args.rerun_survivors:
         if _run(["git", "status", "--porcelain", "tests", "tools"], ROOT, capture_output=True).stdout.strip():
             raise SystemExit("commit the tests first: the artifact records the commit they come from")
