@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from types import ModuleType
 
 import pytest
 from conftest import ROOT
@@ -41,14 +43,19 @@ def test_readme_has_two_commands_and_ci_runs_the_test_one() -> None:
 # SKILL.md's frontmatter, sections, rule ids and numbers: python -m checks lint (tests/test_lint.py).
 
 
+def _tool(name: str) -> ModuleType:
+    """A module of tools/, loaded in the test process."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_memory_model_report_is_generated_from_its_artifact() -> None:
-    import importlib.util
     import json
 
-    spec = importlib.util.spec_from_file_location("memory_report", ROOT / "tools" / "memory_report.py")
-    assert spec and spec.loader
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = _tool("memory_report")
     data = json.loads((ROOT / "reference" / "benchmarks" / "activation_validation.json").read_text())
     assert (ROOT / "reference" / "memory-model.md").read_text(encoding="utf-8") == report.markdown(data), \
         "run: python tools/memory_report.py"
@@ -96,11 +103,6 @@ def test_quoted_command_output_is_what_the_command_prints(name: str, line: int, 
 
 def test_activation_terms_reference_is_current() -> None:
     """In the test process (tools/generate.py --check runs in a subprocess), so that a mutation tool sees it."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("activation_terms", ROOT / "tools" / "activation_terms.py")
-    assert spec and spec.loader
-    terms = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(terms)
-    assert (ROOT / "reference" / "activation-terms.md").read_text(encoding="utf-8") == terms.markdown(), \
+    assert (ROOT / "reference" / "activation-terms.md").read_text(encoding="utf-8") == \
+        _tool("activation_terms").markdown(), \
         "run: python tools/generate.py"

@@ -25,17 +25,20 @@ def test_manifest_names_are_unique_and_cover_every_flavor() -> None:
     assert flavors == {"bridge", "nemo-rl", "megatron-lm"}
 
 
-def _override_lines(entry: Entry) -> list[str]:
-    """Every patch of the entry's findings as the overrides (or flags) ``--emit-overrides`` prints for it."""
+def _patches(entry: Entry) -> tuple[str, set[tuple[str, str, str | None]], list[str]]:
+    """The entry's flavor, its findings that carry a patch, and those patches as the overrides (or flags)
+    ``--emit-overrides`` prints for them."""
     configs = load(entry.request())
-    return [line for f in run(configs) if f.patch for line in configs[0].spelling.override_lines(f.patch)]
+    patched = [f for f in run(configs) if f.patch]
+    lines = [line for f in patched for line in configs[0].spelling.override_lines(f.patch)]
+    return configs[0].flavor, {(f.rule, f.path, f.target) for f in patched}, lines
 
 
 def _applicable(entry: Entry) -> bool:
     # A Megatron-LM launch script takes no KEY=VALUE overrides, and a "# remove --flag" line is an edit, not a
     # flag: those entries are left out here (chosen at collection, so that no case always skips).
-    lines = _override_lines(entry)
-    if entry.request().flavor == "megatron-lm" or load(entry.request())[0].flavor == "megatron-lm":
+    flavor, _, lines = _patches(entry)
+    if flavor == "megatron-lm":
         return bool(lines) and entry.request().argv is not None and not any(x.startswith("#") for x in lines)
     return bool(lines)
 
@@ -51,8 +54,7 @@ def test_most_bundled_examples_with_findings_carry_patches() -> None:
 def test_patches_as_overrides_fix_what_they_patch(entry: Entry) -> None:
     """Applying a finding's patch (as the override --emit-overrides prints) removes that finding."""
     request = entry.request()
-    patched = {(f.rule, f.path, f.target) for f in run(load(request)) if f.patch}
-    lines = _override_lines(entry)
+    _, patched, lines = _patches(entry)
     if request.argv is not None:  # flags: the last occurrence wins in Megatron-LM's argparse
         fixed = replace(request, argv=f"{request.argv} {' '.join(lines)}")
     else:

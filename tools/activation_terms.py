@@ -26,6 +26,9 @@ from checks.plan.memory import Training, layer_terms  # noqa: E402
 from checks.plan.presets import PRESETS  # noqa: E402
 from checks.plan.setup import from_preset  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import memory_report as measured  # noqa: E402  (the dimensions it measures; torch only inside its measurement)
+
 KINDS = {"A": "attention + MLP", "AE": "attention + MoE", "*": "attention only", "-": "MLP only", "E": "MoE only",
          "M": "Mamba"}
 MIB = 2**20
@@ -99,14 +102,10 @@ def markdown() -> str:
     out += ["## The measured profiles", "",
             "At the dimensions `tools/memory_report.py` measures against real layers on CPU (fp32; "
             "`reference/memory-model.md` has the comparison).", ""]
-    llama = act.Dims(256, 8, 2, 32, 688)
-    qwen = act.Dims(256, 8, 2, 32, 0, experts=16, top_k=4, moe_ffn=128)
-    example = act.Dims(256, 8, 8, 32, 1024, gated=False, layernorm=True, rope=False)
-    example_moe = replace(example, experts=8, top_k=2, moe_ffn=256)
-    for title, terms in (("Hugging Face Llama (`hf_llama`)", act.hf_llama(llama)),
-                         ("Hugging Face Qwen3-MoE (`hf_qwen3_moe`)", act.hf_qwen3_moe(qwen)),
-                         ("examples/gpt.py, dense (`example_gpt`)", act.example_gpt(example)),
-                         ("examples/gpt.py, MoE (`example_gpt`)", act.example_gpt(example_moe))):
+    for title, terms in (("Hugging Face Llama (`hf_llama`)", act.hf_llama(measured.HF_LLAMA_DIMS)),
+                         ("Hugging Face Qwen3-MoE (`hf_qwen3_moe`)", act.hf_qwen3_moe(measured.HF_QWEN3_MOE_DIMS)),
+                         ("examples/gpt.py, dense (`example_gpt`)", act.example_gpt(measured.example_gpt_dims(0))),
+                         ("examples/gpt.py, MoE (`example_gpt`)", act.example_gpt(measured.example_gpt_dims(8)))):
         out += [f"### {title}", "", *table(terms), ""]
     return "\n".join(out).rstrip("\n") + "\n"
 

@@ -27,6 +27,18 @@ PLANNER_ARTIFACT = ROOT / "reference" / "benchmarks" / "planner_validation.json"
 REPORT = ROOT / "reference" / "memory-model.md"
 GRID = [(1, 128), (2, 256), (4, 512), (8, 1024), (1, 2048)]  # (micro-batch size, sequence length)
 
+from checks.plan.activations import Dims  # noqa: E402  (no torch: the planner's own dataclass)
+
+# The layers measured, as the planner's profiles see them (tools/activation_terms.py lists their terms).
+HF_LLAMA_DIMS = Dims(256, 8, 2, 32, 688)
+HF_QWEN3_MOE_DIMS = Dims(256, 8, 2, 32, 0, experts=16, top_k=4, moe_ffn=128)
+
+
+def example_gpt_dims(experts: int) -> Dims:
+    """The example GPT measured here (hidden 256, 8 heads, LayerNorm, GELU, learned positions), dense or MoE top-2."""
+    return Dims(256, 8, 8, 32, 1024, gated=False, layernorm=True, rope=False, experts=experts,
+                top_k=2 if experts else 0, moe_ffn=256 if experts else 0)
+
 
 def measure_all() -> list[dict[str, Any]]:
     import torch
@@ -34,7 +46,6 @@ def measure_all() -> list[dict[str, Any]]:
 
     from benchmarks.saved_tensors import measure
     from checks.plan.activations import (
-        Dims,
         bytes_per_token,
         example_gpt,
         hf_llama,
@@ -44,8 +55,7 @@ def measure_all() -> list[dict[str, Any]]:
     from examples.gpt import GPT, GPTConfig, batches
 
     rows = []
-    llama = Dims(256, 8, 2, 32, 688)
-    qwen = Dims(256, 8, 2, 32, 0, experts=16, top_k=4, moe_ffn=128)
+    llama, qwen = HF_LLAMA_DIMS, HF_QWEN3_MOE_DIMS
     for batch, seq in GRID:
         torch.manual_seed(0)
         ids = torch.randint(0, 512, (batch, seq))
@@ -68,8 +78,7 @@ def measure_all() -> list[dict[str, Any]]:
             gpt = GPT(cfg)
             tokens, targets = batches(cfg, batch, 1, seed=0, device=torch.device("cpu"))[0]
             got = measure(lambda g=gpt, x=tokens, y=targets: g(x, y), list(gpt.blocks))[1]
-            dims = Dims(256, 8, 8, 32, 1024, gated=False, layernorm=True, rope=False, experts=experts,
-                        top_k=2 if experts else 0, moe_ffn=256 if experts else 0)
+            dims = example_gpt_dims(experts)
             rows.append({"model": "example-gpt" + ("-moe" if experts else ""), "batch": batch, "seq": seq,
                          "measured": got, "predicted": bytes_per_token(example_gpt(dims)) * batch * seq})
     return rows

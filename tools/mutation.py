@@ -156,13 +156,16 @@ def setup(work: Path) -> None:
                      f"pytest_add_cli_args_test_selection = [{selection}]\n")
 
 
-def mutmut(work: Path, *args: str, check: bool = True, quiet: bool = False) -> None:
+def mutmut(work: Path, *args: str, check: bool = True, quiet: bool = False, capture: bool = False) -> str:
+    """Run mutmut in ``work``; its output when ``capture``, else it is dropped (stderr kept unless ``quiet``)."""
     # One OpenMP thread that sleeps when idle: mutmut forks each mutant's run from a process that has loaded torch,
     # and the forked child's OpenMP threads spin, so the tests of torch code overran mutmut's CPU limit (a false
     # timeout on every mutant of examples/offload/hybrid_adam.py and the activation profiles).
     env = {**os.environ, "MUTMUT_ROOT": str(work), "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    subprocess.run([str(work / ".mutenv" / "bin" / "mutmut"), *args], cwd=work, env=env, check=check, text=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None)
+    done = subprocess.run([str(work / ".mutenv" / "bin" / "mutmut"), *args], cwd=work, env=env, check=check,
+                          text=True, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL if quiet else None)
+    return done.stdout or ""
 
 
 def prime(work: Path) -> None:
@@ -214,9 +217,7 @@ def copy_tests(work: Path) -> None:
 
 
 def diff(work: Path, mutant: str) -> str:
-    env = {**os.environ, "MUTMUT_ROOT": str(work)}
-    shown = _run([str(work / ".mutenv" / "bin" / "mutmut"), "show", mutant], work, env=env,
-                 capture_output=True).stdout
+    shown = mutmut(work, "show", mutant, capture=True)
     return "\n".join(line for line in shown.splitlines() if line.startswith(("+", "-")) and
                      not line.startswith(("+++", "---")))
 
@@ -291,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         codes = outcomes(work)
         todo = [n for n in sample if codes.get(n) is None]
-        meta_reset(work, [n for n in sample if STATUS.get(codes.get(n)) == "timeout"])  # once more: was it one?
-        todo += [n for n in sample if STATUS.get(codes.get(n)) == "timeout"]
+        timeouts = [n for n in sample if STATUS.get(codes.get(n)) == "timeout"]
+        meta_reset(work, timeouts)  # once more: was it one?
+        todo += timeouts
     for start in range(0, len(todo), 200):  # a bounded command line
         mutmut(work, "run", "--max-children", str(args.max_children), *todo[start:start + 200])
     command = "python tools/mutation.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
