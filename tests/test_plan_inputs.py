@@ -11,7 +11,7 @@ import pytest
 
 from checks.cli import main
 from checks.plan.presets import PRESETS
-from checks.plan.setup import PRESET_MICROBATCHES_PER_STEP, from_preset
+from checks.plan.setup import PRESET_MICROBATCHES_PER_STEP, _preset_values, from_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "configs"
@@ -118,6 +118,7 @@ def test_a_config_file_without_its_recipe_says_which_defaults_it_planned(capsys:
     _, document = plan(capsys, str(path), "--preset", "qwen3-30b-a3b")
     (note,) = [a for a in document["assumptions"] if a.startswith("planned at megatron-core's defaults")]
     assert "tensor_model_parallel_size=1" in note and "bf16=false" in note and "--recipe NAME" in note
+    assert "moe_router_topk" not in note  # the preset's model routes to its own top-k, which the plan took
     assert document["training"]["tensor_parallel"] == 1 and document["training"]["expert_parallel"] == 8
 
 
@@ -397,7 +398,9 @@ def test_an_unsized_model_says_how_to_name_its_preset(tmp_path: Path, capsys: py
     one.write_text("policy:\n  model_name: example-org/Not-In-The-Catalogue\n  megatron_cfg:\n    enabled: true\n")
     assert main(["plan", str(one)]) == 2
     err_text = capsys.readouterr().err
-    assert "TARGET=NAME" not in err_text and "--preset NAME" in err_text, err_text
+    assert err_text == (f"error: {one}: the planner needs the model's dimensions: NeMo-RL takes them from the "
+                        "Hugging Face checkpoint (policy.model_name = example-org/Not-In-The-Catalogue), which is not "
+                        f"one of the presets; add --preset NAME (known: {', '.join(PRESETS)})\n")
     ppo = str(ROOT / "examples" / "configs" / "nemo-rl" / "ppo_value_model.yaml")
     code = main(["plan", ppo, "--set", "value.megatron_cfg.activation_checkpointing=false", "--set",
                  "value.megatron_cfg.optimizer.optimizer_offload_fraction=1.0"])
@@ -449,3 +452,88 @@ def test_a_dtype_the_planner_cannot_size_is_refused(capsys: pytest.CaptureFixtur
     assert capsys.readouterr().err == ("error: --set #1: exp_avg_sq_dtype=fp64: the planner sizes fp32, bf16, fp16, "
                                        "fp8 only; plan with one of them\n")
     assert main(["plan", "--preset", "llama3-8b", "--gpus", "8", "--set", "optimizer.exp_avg_sq_dtype=bf16"]) == 1
+
+
+def _other(value: Any) -> Any:
+    """A value a preset's dimension does not have."""
+    return (not value) if isinstance(value, bool) else 8 if value is None else value * 2
+
+
+@pytest.mark.parametrize("path", [p for p in _preset_values(PRESETS["llama3-8b"].shape) if p.startswith("model.")])
+def test_each_dimension_a_preset_gives_is_refused_when_stated_otherwise(capsys: pytest.CaptureFixture[str],
+                                                                        path: str) -> None:
+    """The preset gives the whole model: a dimension stated otherwise would be planned as the preset's, so it is
+    refused, naming the dimension; the same value as the preset's is accepted."""
+    name, expected = path.split(".", 1)[1], _preset_values(PRESETS["llama3-8b"].shape)[path]
+    err = refused(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", f"{path}={json.dumps(_other(expected))}")
+    assert err.startswith(f"error: --set #1: {name}=") and "but the model comes from preset llama3-8b (" in err, err
+    if expected is not None:
+        code, _ = plan(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", f"{path}={json.dumps(expected)}")
+        assert code in (0, 1)
+
+
+@pytest.mark.parametrize(("field", "dtype"), [("main_params_dtype", "fp16"), ("exp_avg_dtype", "bf16"),
+                                              ("exp_avg_sq_dtype", "bf16")])
+def test_each_optimizer_dtype_sizes_its_state(capsys: pytest.CaptureFixture[str], field: str, dtype: str) -> None:
+    """The precision-aware optimizer keeps the master weights and each moment at its own dtype: one of the three
+    at 2 bytes leaves 10 of the 12 bytes per element."""
+    _, base = plan(capsys, "--preset", "llama3-8b", "--gpus", "8")
+    _, half = plan(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", f"optimizer.{field}={dtype}")
+    (before,), (after,) = base["as_configured"]["stages"], half["as_configured"]["stages"]
+    assert before["optimizer_bytes"] == 12 * before["optimizer_elements"]
+    assert after["optimizer_bytes"] == 10 * after["optimizer_elements"] and after["optimizer_elements"] > 0
+
+
+def test_distributed_saved_activations_without_tensor_parallelism_are_planned(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """At TP 1 there is nothing to distribute: the planner's whole-checkpoint count is exact, so it plans."""
+    code, document = plan(capsys, "--preset", "llama3-70b", "--gpus", "64", "--set",
+                          "model.tensor_model_parallel_size=1", "--set", "model.recompute_granularity=full", "--set",
+                          "model.recompute_method=uniform", "--set", "model.recompute_num_layers=1", "--set",
+                          "model.distribute_saved_activations=true")
+    assert code in (0, 1) and document["training"]["recompute"] == "full"
+
+
+@pytest.mark.parametrize(("modules", "recompute"), [("[]", "none"), ("[core_attn]", "selective")])
+def test_selective_recompute_of_no_module_recomputes_nothing(capsys: pytest.CaptureFixture[str], modules: str,
+                                                             recompute: str) -> None:
+    _, document = plan(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.recompute_granularity=selective",
+                       "--set", f"model.recompute_modules={modules}")
+    assert document["training"]["recompute"] == recompute
+
+
+def test_moe_layer_recompute_is_refused_where_it_is_set(capsys: pytest.CaptureFixture[str]) -> None:
+    assert refused(capsys, "--preset", "qwen3-30b-a3b", "--gpus", "16", "--set", "model.moe_layer_recompute=true") == (
+        "error: --set #1: moe_layer_recompute=true: the planner models selective recompute of core attention only, "
+        "not of the MoE layer; plan without it for an upper bound\n")
+
+
+@pytest.mark.parametrize(("first", "last", "stage", "lines"), [(0, 32, "first", "2303-2304"),
+                                                               (16, 0, "last", "2322-2323")])
+def test_an_empty_uneven_stage_is_refused_as_megatron_core_refuses_it(
+        capsys: pytest.CaptureFixture[str], first: int, last: int, stage: str, lines: str) -> None:
+    """megatron-core refuses an uneven first or last stage of no layers; the planner used to plan it."""
+    err = refused(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.pipeline_model_parallel_size=2",
+                  "--set", f"model.num_layers_in_first_pipeline_stage={first}", "--set",
+                  f"model.num_layers_in_last_pipeline_stage={last}")
+    value = first if stage == "first" else last
+    assert (f'num_layers_in_{stage}_pipeline_stage={value}: megatron-core refuses it ("num_layers_in_{stage}_'
+            f'pipeline_stage must be larger than 0", NVIDIA/Megatron-LM@d98e8a64:megatron/core/transformer/'
+            f"transformer_config.py:{lines}); give that stage at least one layer") in err, err
+    code, _ = plan(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.pipeline_model_parallel_size=2",
+                   "--set", "model.num_layers_in_first_pipeline_stage=1", "--set",
+                   "model.num_layers_in_last_pipeline_stage=31")
+    assert code in (0, 1)
+
+
+@pytest.mark.parametrize("hf_id", ["zai-org/GLM-4.5-Air", "zai-org/GLM-4.5"])
+def test_a_catalogue_model_has_moe_layers_where_its_layer_pattern_says(hf_id: str) -> None:
+    """moe_layer_freq as a list marks each layer dense (0) or MoE (1): GLM-4.5-Air's first layer is dense,
+    GLM-4.5's first three."""
+    from checks.models import lookup
+    from checks.plan.presets import Preset, catalogue_preset
+
+    arch, preset = lookup(hf_id), catalogue_preset(hf_id)
+    assert arch is not None and isinstance(preset, Preset) and preset.shape.moe is not None
+    pattern = tuple(bool(v) for v in arch.moe_layer_freq)
+    assert preset.shape.moe.layers == pattern and not all(pattern)

@@ -64,8 +64,8 @@ def stage_chunks(num_layers: int, par: Parallelism) -> tuple[tuple[Chunk, ...], 
             tuple(Chunk(range((c * pp + s) * per_chunk, (c * pp + s + 1) * per_chunk), s == 0 and c == 0,
                         s == pp - 1 and c == vpp - 1) for c in range(vpp))
             for s in range(pp))
-    if vpp != 1 or pp < 2:
-        return None
+    if vpp != 1 or pp < 2 or any(n is not None and n <= 0 for n in (first, last)):
+        return None  # an uneven stage holds at least one layer (megatron-core refuses 0, transformer_config.py)
     counts: list[int | None] = [None] * pp
     counts[0], counts[-1] = first, last
     open_stages = counts.count(None)

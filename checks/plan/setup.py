@@ -413,6 +413,13 @@ def _split_problem(layers: int, par: Parallelism) -> str:
         return f"{layers} layers do not split evenly over {_name(_PP)}={pp}{virtual} ({_MC}transformer/" \
             f"transformer_block.py:147-158, 175-178); use a size that divides {layers}, or set " \
             "num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage"
+    empty = [(name, n) for name, n in (("first", first), ("last", last)) if n is not None and n <= 0]
+    if empty:
+        name, n = empty[0]
+        line = {"first": "2303-2304", "last": "2322-2323"}[name]
+        field = f"num_layers_in_{name}_pipeline_stage"
+        return f"{field}={n}: megatron-core refuses it (\"{field} must be larger than 0\", {_MC}transformer/" \
+            f"transformer_config.py:{line}); give that stage at least one layer"
     if vpp > 1:
         return "uneven first and last pipeline stages with a virtual pipeline are not modelled by the planner; " \
             "plan the even split (without num_layers_in_first/last_pipeline_stage)"
