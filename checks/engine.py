@@ -221,7 +221,8 @@ def _reached(rule: Rule, hit: Hit, cfg: CanonicalConfig) -> bool:
 
 
 def _finding(rule: Rule, hit: Hit, ctx: Context) -> Finding:
-    origin = hit.origin or _locate(ctx, (hit.path, *hit.at))
+    # a finding about several values is found at the first of them the inputs state
+    origin = hit.origin or _locate(ctx, (hit.path, *hit.at, *hit.paths))
     patch = ctx.cfg.spelling.patch(hit.patch) if hit.patch else None
     unsafe = unsafe_paths(hit.patch or {}) if patch else ()
     return Finding(rule.id, hit.severity or rule.severity, ctx.cfg.target, hit.path, origin, hit.message, hit.fix,

@@ -59,7 +59,7 @@ class Hit:
     at: tuple[str, ...] = ()  # other paths to locate the finding by when ``path`` was not set
     origin: Origin | None = None  # an explicit location (keys that have no canonical path)
     severity: str | None = None  # overrides the rule's severity (rarely: when consequences differ by version)
-    paths: tuple[str, ...] = ()  # every path the finding is about, when it is about several (CFG010's values)
+    paths: tuple[str, ...] = ()  # every path the finding is about, when several (CFG010's values); also located by
 
 
 Check = Callable[["Context"], Iterable[Hit]]

@@ -245,7 +245,7 @@ def check_undecided(ctx: Context) -> Iterator[Hit]:
         count = f"{len(paths)} value{'s' if len(paths) != 1 else ''}"
         yield Hit(paths[0], f"{count} the rules need {'are' if len(paths) != 1 else 'is'} unknown, because {reason}; "
                   f"the rules named could not decide: {listed}", f"State {'them' if len(paths) != 1 else 'it'}: "
-                  f"{supply}", at=tuple(paths[1:]), paths=tuple(paths))
+                  f"{supply}", paths=tuple(paths))
 
 
 @rule("CFG011", "conflicting-fixes", WARNING,
@@ -283,7 +283,7 @@ def check_conflicting_patches(ctx: Context) -> Iterator[Hit]:
         paths = tuple(dict.fromkeys(p.path for p in found))
         yield Hit(found[0].path, f"the fixes of {rules} disagree on {key}: {listed}",
                   f"Choose one: read the fixes of {rules}, set {key} to the value you mean, and check again "
-                  "(--emit-overrides prints neither value)", at=paths[1:], paths=paths if len(paths) > 1 else ())
+                  "(--emit-overrides prints neither value)", paths=paths if len(paths) > 1 else ())
 
 
 @rule("CFG009", "override-unverified", INFO,

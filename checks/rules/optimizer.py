@@ -604,7 +604,7 @@ def check_rl_offload_during_inference(ctx: Context) -> Iterator[Hit]:
     if ctx.get(_SWITCH) and ctx.get("run.rl_offload_optimizer_during_inference"):
         yield Hit("run.rl_offload_optimizer_during_inference", "--rl-offload-optimizer-during-inference with "
                   "--optimizer-cpu-offload: the restore moves the offloaded state to the GPU",
-                  "Use one of the two", at=(_SWITCH,))
+                  "Use one of the two")
 
 
 @rule("OPT021", "nemo-rl-fraction-must-be-one", ERROR,
