@@ -153,19 +153,21 @@ def megatron_te(d: Dims, par: Parallel = Parallel(), *, seq_len: int = 0, flash:
     if d.experts:
         terms += _megatron_moe(d, par, capacity_factor)
     else:
-        terms += _megatron_mlp(d, d.ffn, t, sp, fused_norm=True)
+        terms += _megatron_mlp(d, d.ffn, t, norm_sp=sp)
     if hidden_dropout:
         terms.append(Term("", "dropout mask after the MLP", d.hidden / sp, BYTE))
     return terms
 
 
-def _megatron_mlp(d: Dims, ffn: int, t: int, sp: int, fused_norm: bool) -> list[Term]:
+def _megatron_mlp(d: Dims, ffn: int, t: int, norm_sp: int | None) -> list[Term]:
+    """``norm_sp``: the sequence-parallel split of the pre-MLP norm fused into fc1 (TE's LayerNormMLP); None where
+    fc1 takes its input without a norm of its own (a shared expert reads the MoE layer's norm output)."""
     fc1 = ffn * (2 if d.gated else 1)
     terms = []
-    if fused_norm:
-        terms += [Term("", "pre-MLP norm input", d.hidden / sp, BF16),
-                  Term("", "pre-MLP norm statistics", FP32 * (2 if d.layernorm else 1) / sp / BF16, BF16),
-                  Term("", "norm output (fc1 input)", d.hidden / sp, BF16)]
+    if norm_sp is not None:
+        terms += [Term("", "pre-MLP norm input", d.hidden / norm_sp, BF16),
+                  Term("", "pre-MLP norm statistics", FP32 * (2 if d.layernorm else 1) / norm_sp / BF16, BF16),
+                  Term("", "norm output (fc1 input)", d.hidden / norm_sp, BF16)]
     return terms + [Term("", "fc1 output (activation input)", fc1 / t, BF16),
                     Term("", "activation output (fc2 input)", ffn / t, BF16)]
 
@@ -186,7 +188,7 @@ def _megatron_moe(d: Dims, par: Parallel, capacity_factor: float) -> list[Term]:
     ]
     if d.shared_ffn:
         terms += [Term("", f"shared expert {t.name}", t.numel, t.itemsize)
-                  for t in _megatron_mlp(d, d.shared_ffn, par.tp, sp, fused_norm=False)]
+                  for t in _megatron_mlp(d, d.shared_ffn, par.tp, norm_sp=None)]
     return terms
 
 

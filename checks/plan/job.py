@@ -45,8 +45,8 @@ class Planned:
     configured: tuple[StageMemory, ...]  # the most loaded GPU of each pipeline stage, with the config's offload
     configured_host_bytes_per_node: int
     status: str  # FITS (as configured), FITS_WITH_CHANGE (an option fits) or DOES_NOT_FIT
-    configured_time: StepTime | None = None  # the step as configured (with its own offload settings)
-    baseline_time: StepTime | None = None  # the same step without any offloading, what offload costs against
+    configured_time: StepTime  # the step as configured (with its own offload settings)
+    baseline_time: StepTime  # the same step without any offloading, what offload costs against
     band: Band | None = None  # the validated errors of the published case closest to the recommendation
 
     @property

@@ -72,7 +72,7 @@ class Recommendation:
     options: list[Option]
     choice: Option | None
     verdict: str
-    baseline_time: StepTime | None = None  # the step without offloading, what every option's slowdown is against
+    baseline_time: StepTime  # the step without offloading, what every option's slowdown is against
 
 
 def peak(stages: list[StageMemory]) -> int:

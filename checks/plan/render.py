@@ -83,7 +83,7 @@ def _assumptions(entry: Planned) -> list[str]:
     return [*(a.text for a in entry.job.assumptions),
             f"hardware {hw.name}: " + "; ".join(hw.sources),
             "step time (checks/plan/throughput.py): FLOPs (recompute included) at "
-            + (entry.baseline_time.efficiency_source if entry.baseline_time else "the published efficiency")
+            + entry.baseline_time.efficiency_source
             + "; plus the pipeline bubble, exposed tensor-, expert- and data-parallel communication, the optimizer "
             "step, and the offload copies and host optimizer step the job cannot hide",
             "activations: Megatron-Core with the Transformer Engine spec (checks/plan/activations.py); host "
@@ -97,8 +97,6 @@ def _ms(seconds: float) -> str:
 def _configured_time(entry: Planned) -> list[str]:
     """The step as configured, its slowest stage's parts, and what its own offload costs."""
     configured, baseline = entry.configured_time, entry.baseline_time
-    if configured is None or baseline is None:
-        return []
     slowest = configured.slowest
     parts = ", ".join(f"{name.removesuffix('_s').replace('_', ' ')} {_ms(value)}"
                       for name, value in slowest.parts().items() if value > 0)
@@ -112,8 +110,6 @@ def _configured_time(entry: Planned) -> list[str]:
 
 def _time_json(entry: Planned) -> dict[str, Any]:
     configured, baseline = entry.configured_time, entry.baseline_time
-    if configured is None or baseline is None:
-        return {}
     slowest = configured.slowest
     return {"step_s": configured.step_s, "slowest_stage": slowest.stage, "parts": slowest.parts(),
             "offload_step_s": configured.step_s - baseline.step_s, "without_offload_step_s": baseline.step_s}
@@ -151,8 +147,8 @@ def _document(entry: Planned) -> dict[str, Any]:
                      "sequence_parallel": t.sequence_parallel, "recompute": t.recompute},
         "budget": {"device_bytes": rec.budget.device_bytes, "host_bytes_per_node": rec.budget.host_bytes_per_node,
                    "headroom": rec.budget.headroom, "host_headroom": rec.budget.host_headroom,
-                   "efficiency": entry.baseline_time.efficiency if entry.baseline_time else None,
-                   "efficiency_source": entry.baseline_time.efficiency_source if entry.baseline_time else None},
+                   "efficiency": entry.baseline_time.efficiency,
+                   "efficiency_source": entry.baseline_time.efficiency_source},
         "as_configured": {"offload": asdict(job.offload), "stages": [_stage_json(s) for s in entry.configured],
                           "peak_device_bytes": entry.configured_peak_bytes,
                           "host_bytes_per_node": entry.configured_host_bytes_per_node,
