@@ -564,3 +564,36 @@ def _teacher_on(path: Path) -> bool:
                    for cfg in load(Request((str(path),), (), None, "nemo-rl", "main")))
     except InputError:
         return False
+
+
+def test_a_teacher_whose_layout_cannot_be_planned_is_shown_with_why(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A forward-only teacher the planner refuses (TP 3 does not divide its 64 heads) does not stop the policy's
+    plan: it is shown as inference-only, with the planner's reason as its size."""
+    path = write(tmp_path, DISTILLATION.replace("tensor_model_parallel_size: 8", "tensor_model_parallel_size: 3"))
+    code, out, err = cli(capsys, "plan", path, "--format", "json")
+    assert err == "" and code in (0, 1)
+    policy, teacher = json.loads(out)["models"]
+    assert policy["target"] == "policy" and policy["status"] != "inference_only"
+    assert (teacher["target"], teacher["status"]) == ("teacher", "inference_only")
+    assert "[teacher] tensor_model_parallel_size=3" in teacher["unsized"]
+    assert teacher["unsized"].endswith("use a tensor-parallel size that divides 64 (the model of preset llama3-70b)")
+
+
+@pytest.mark.parametrize(("gpus_per_node", "num_nodes", "data_parallel"), [(1, 4, 4), (8, 1, 8), (2, 3, 6)])
+def test_the_cluster_sets_the_data_parallel_size(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 gpus_per_node: int, num_nodes: int, data_parallel: int) -> None:
+    """NeMo-RL's data-parallel size is the cluster's GPUs over TP x PP x CP, one GPU per node included."""
+    path = write(tmp_path, DISTILLATION.replace("gpus_per_node: 8", f"gpus_per_node: {gpus_per_node}")
+                 .replace("num_nodes: 1", f"num_nodes: {num_nodes}"))
+    _, out, _ = cli(capsys, "plan", path, "--format", "json")
+    assert json.loads(out)["models"][0]["training"]["data_parallel"] == data_parallel
+
+
+def test_a_config_without_a_model_name_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "policy:\n  megatron_cfg:\n    enabled: true\n")
+    code, _, err = cli(capsys, "plan", path)
+    assert code == 2 and err == (
+        f"error: {path}: the planner needs the model's dimensions: NeMo-RL takes them from the Hugging Face "
+        "checkpoint (no model_name is set), which is not one of the presets; add --preset NAME (known: llama3-8b, "
+        "llama3-70b, qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b, deepseek-v3, nemotron-h-8b)\n")

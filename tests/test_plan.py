@@ -450,3 +450,41 @@ def test_golden_plan_output(name: str, argv: list[str], capsys: pytest.CaptureFi
 
 def test_every_golden_file_is_a_case() -> None:
     assert sorted(p.name for p in GOLDEN.iterdir()) == sorted(n for n, _ in _golden_cases())
+
+
+def test_the_checker_judges_each_option_with_the_jobs_transformer_engine() -> None:
+    """An option the job's Transformer Engine cannot build is refused; the same option with a newer TE, or an
+    unknown one, is offered with what it needs of the environment."""
+    from checks.config import Environment
+    from checks.plan.recommend import Checker
+
+    t = Training(MOE, Parallelism(), data_parallel=1)
+    option = {"fine_grained_activation_offloading": True, "offload_modules": ["expert_fc1"]}
+    old = Checker(t, Environment(te_version=(2, 5))).verdict(option)
+    assert not old.accepted
+    assert old.refused[0].startswith("TEX006: offloading expert_fc1 needs Transformer Engine >= 2.6")
+    for te in ((2, 14), None):
+        verdict = Checker(t, Environment(te_version=te)).verdict(option)
+        assert verdict.accepted and verdict.needs == ("NVTE_CPU_OFFLOAD_V1=1 in the job's environment (TEX005)",)
+
+
+@pytest.mark.parametrize("pipeline", [1, 2])
+def test_a_tied_embedding_gets_its_own_bucket_only_across_pipeline_stages(pipeline: int) -> None:
+    """With PP > 1 the first stage's word embedding, tied to the last stage's output layer, is all-reduced
+    between them, so megatron-core puts it in a gradient bucket of its own; with one stage there is nothing to
+    share and it stays in the common bucket."""
+    from checks.model.optimizer_split import shard_pieces
+
+    tied = replace(SHAPE, tied_embeddings=True)
+    t = Training(tied, Parallelism(pipeline=pipeline), data_parallel=7, precision_aware_optimizer=True,
+                 distributed_optimizer=True)
+    chunk = stage_chunks(tied.num_layers, t.par)[0][0]  # type: ignore[index]
+    tensors = [list(chunk_tensors(tied, t.par, chunk))]
+
+    def most_loaded(own: frozenset[str]) -> int:
+        ranks = shard_pieces(tensors, False, t.data_parallel, t.version, own_bucket=own)
+        return 12 * max(sum(n for _, n in rank) for rank in ranks)
+
+    apart, together = most_loaded(frozenset({"embedding.word_embeddings.weight"})), most_loaded(frozenset())
+    assert apart != together  # at DP 7 the most loaded rank differs between them (at DP 3 or 8 it does not)
+    assert stage_memory(t, 0).optimizer_bytes == (apart if pipeline > 1 else together)

@@ -9,14 +9,18 @@ test noticed.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from checks.catalogue import run_example
-from checks.rules import BY_ID
+from checks.report import finding_json
+from checks.rules import ALL_RULES, BY_ID
 from checks.rules.base import Example
 
 
@@ -165,6 +169,39 @@ CASES: tuple[Case, ...] = (
     Case("CFG002", Example(_bridge_optimizer(optimizer_offload_fraction="0.5")), True, "a quoted float",
          fix="Write optimizer_offload_fraction as an unquoted number, e.g. optimizer_offload_fraction: 0.5",
          patch=True),
+    Case("CFG002", Example(_fine_grained(offload_modules="core_attn")), True, "a bare module name",
+         fix="Write offload_modules as a list of names, [a, b], e.g. offload_modules: [core_attn]", patch=True),
+    # CFG001: each kind of unknown key gets the fix its case needs
+    Case("CFG001", Example("--num-layers 4 --cpu-offload-num-layers 2", "megatron-lm"), True,
+         "a misspelled flag", says=("argparse exits at start-up",)),
+    Case("CFG001", Example(_yaml({"optimzer": {"optimizer_cpu_offload": True}})), True, "a misspelled section",
+         says=("did you mean 'optimizer'?",)),
+    Case("CFG001", Example(_yaml({"optimizer": {"offload_it_all_now": True}})), True, "no close name",
+         fix="Remove it"),
+    # CFG007: a misspelled optimizer field in an override is named with the field it nearly is
+    Case("CFG007", Example(_bridge_optimizer(), overrides=("optimizer.optimizer_cpu_ofload=true",)), True,
+         "an optimizer field misspelled", says=("did you mean 'optimizer_cpu_offload'?",)),
+    # FGA003: a module of a later release is named with the release it arrives in
+    Case("FGA003", Example(_fine_grained(offload_modules=["fused_group_mlp"], num_moe_experts=8), version="0.18.2"),
+         True, "a module from 0.19", says=("'fused_group_mlp' arrives in megatron-core 0.19",)),
+    Case("FGA003", Example(_fine_grained(offload_modules=["fused_grup_mlp"], num_moe_experts=8), version="0.18.2"),
+         True, "a typo of a module from 0.19",
+         says=("did you mean 'fused_group_mlp' (megatron-core 0.19 or later)?",)),
+    # FGA018: Bridge refuses local graphs other than full-iteration ones; from 0.18 TE graphs are the way
+    Case("FGA018", Example(_fine_grained(offload_modules=["moe_act"], num_moe_experts=8, cuda_graph_impl="local"),
+                           version="0.19.2", te="2.14"), True, "Bridge with local graphs",
+         says=("Megatron Bridge allows cuda_graph_impl=local only for full-iteration graphs",
+               "for per-module capture"), patch=True),
+    # ACT004: full_iteration graphs arrive in 0.18 (and are exempt there); other graph modes are refused
+    Case("ACT004", Example(_yaml({"model": {"num_layers": 8, "cpu_offloading": True, "cpu_offloading_num_layers": 2,
+                                            "cuda_graph_impl": "full_iteration"}}), version="0.17.1"), True,
+         "full_iteration before 0.18", says=("does not exist in megatron-core 0.17.1",), patch=True),
+    Case("ACT004", Example(_yaml({"model": {"num_layers": 8, "cpu_offloading": True, "cpu_offloading_num_layers": 2,
+                                            "cuda_graph_impl": "full_iteration"}}), version="0.19.2"), False,
+         "full_iteration from 0.18"),
+    Case("ACT004", Example(_yaml({"model": {"num_layers": 8, "cpu_offloading": True, "cpu_offloading_num_layers": 2,
+                                            "cuda_graph_impl": "transformer_engine"}}), version="0.19.2"), True,
+         "TE graphs from 0.18", says=("or use cuda_graph_impl=full_iteration, the only graph mode allowed with it",)),
 )
 
 
@@ -202,6 +239,14 @@ def test_rule_on_each_side_of_its_boundaries(case: Case) -> None:
         assert case.upstream is None or (f.upstream is not None) == case.upstream, f.upstream
 
 
+def test_an_example_written_as_an_indented_block_is_dedented() -> None:
+    assert Example("""
+        model:
+          cpu_offloading: true
+        """).text == "model:\n  cpu_offloading: true\n"
+    assert Example("  --bf16", "megatron-lm").text == "  --bf16"  # only a block that starts with a newline
+
+
 def test_case_ids_are_unique() -> None:
     assert len({_id(c) for c in CASES}) == len(CASES)
 
@@ -214,3 +259,33 @@ def test_cfg009_without_a_file_asks_for_the_config_file() -> None:
     found = [f for f in run(load(Request(overrides=("+policy.megatron_cfg.recompute_granularity=selective",),
                                          flavor="nemo-rl"))) if f.rule == "CFG009"]
     assert [f.fix for f in found] == ["To check it exactly, give the config file the run uses"]
+
+
+# -- every finding, field by field -------------------------------------------------------------------------------
+# tests/golden/findings.json holds every finding of each rule's own bad and good examples and of each case above:
+# rule, path, location, message, fix, patch, safety, upstream anchor. The cases above ask what a rule must say; the
+# snapshot keeps the rest of what it says from changing unnoticed (a message, a patch key or a location that no
+# case names). After an intended change, regenerate it with
+#     UPDATE_GOLDEN=1 python -m pytest tests/test_rule_boundaries.py -k snapshot
+# and read the diff: it is the change the user sees.
+SNAPSHOT = Path(__file__).resolve().parent / "golden" / "findings.json"
+
+
+def _findings() -> dict[str, list[dict[str, Any]]]:
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for rule in ALL_RULES:
+        for kind, example in (("bad", rule.bad), ("good", rule.good)):
+            shown[f"{rule.id} {kind} example"] = [finding_json(f) for f in run_example(rule, example)]
+    for case in CASES:
+        shown[_id(case)] = [finding_json(f) for f in run_example(BY_ID[case.rule], case.example)]
+    return shown
+
+
+def test_findings_match_the_snapshot() -> None:
+    shown = json.loads(json.dumps(_findings()))  # as JSON reads it back: tuples become lists
+    if os.environ.get("UPDATE_GOLDEN"):
+        SNAPSHOT.write_text(json.dumps(shown, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    held = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    assert sorted(shown) == sorted(held), "cases were added or removed: regenerate the snapshot (see above)"
+    changed = [name for name in shown if shown[name] != held[name]]
+    assert not changed, f"findings changed for {changed}: see the comment above to update {SNAPSHOT}"

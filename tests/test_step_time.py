@@ -232,6 +232,13 @@ def test_efficiency_fallbacks_say_what_they_stand_for() -> None:
     assert fp8 and value == pytest.approx(fp8[0]["efficiency"] / FP8_SPEEDUP) and "performance-guide.md:17" in source
     mla = Training(replace(MOE, mla=MLAShape(64, 32, 64, 32, 64)), Parallelism(expert=8))
     assert "no published mla row" in efficiency_for(mla, H100)[1]
+    # no MoE row on H200: the median over every system's, each listed with its own
+    value, source = efficiency_for(Training(MOE, Parallelism(expert=8)), HARDWARE["h200-sxm"])
+    others = [e for e in efficiency_table()["entries"] if (e["family"], e["precision"]) == ("moe", "bf16")]
+    assert len(others) > 1 and value == pytest.approx(sorted(e["efficiency"] for e in others)[len(others) // 2])
+    listed = ", ".join(f"moe/{e['system']}/bf16 {e['efficiency']:.3f} (median of {len(e['rows'])} rows)"
+                       for e in others)
+    assert f"(checks/data/efficiency.json: {listed}); no moe row on h200-sxm: other systems'" in source, source
 
 
 def test_committed_rows_invert_to_their_efficiencies_with_this_model() -> None:
