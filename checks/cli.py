@@ -14,6 +14,7 @@ from checks.errors import InputError
 from checks.parser import build_parser, split_command
 
 if TYPE_CHECKING:
+    from checks.engine import Finding
     from checks.loaders.common import Request
 
 
@@ -52,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(args.command)
 
 
-def request(args: argparse.Namespace) -> Request:
-    """What to read, and the megatron-core version to read it with.
+def request(args: argparse.Namespace, files: Sequence[str] | None = None) -> Request:
+    """What to read (``files``: instead of the command line's), and the megatron-core version to read it with.
 
     The version is the user's (``--mcore-version``), else the installed megatron-core's, else the Megatron-LM
     commit the config's framework installs (NeMo-RL and Bridge pin one), else the newest release.
@@ -67,7 +68,8 @@ def request(args: argparse.Namespace) -> Request:
     argv = args.argv
     if isinstance(argv, list):  # argparse turns "--argv=--" into [] (it drops the "--" separator)
         argv = " ".join(argv) or "--"
-    found = Request(tuple(args.files), tuple(args.overrides), argv, args.flavor, version, env,
+    found = Request(tuple(args.files if files is None else files), tuple(args.overrides), argv, args.flavor, version,
+                    env,
                     command=args.command_line, cwd=args.cwd, recipe=args.recipe,
                     assume_defaults=args.assume_defaults)
     if env.mcore_source != "default" or not (found.files or found.overrides or found.argv is not None
@@ -124,16 +126,73 @@ def _check(args: argparse.Namespace) -> int:
     if args.all_fixes and not args.emit_overrides:
         raise InputError("--all-fixes", "goes with --emit-overrides (it says which fixes that prints); the findings "
                                         "mark each fix that changes the job beyond offloading")
+    from checks.batch import is_batch
+    from checks.selection import codes
+
+    args.select, args.ignore = codes(args.select, "--select"), codes(args.ignore, "--ignore")
+    if args.merge:
+        import os
+
+        if layered := [p for p in args.files if os.path.isdir(p)]:
+            raise InputError(layered[0], "--merge layers config files; this is a directory")
+    elif is_batch(args.files) or args.configs_only:
+        return _check_many(args)
     found = request(args)
     configs = load(found)
-    findings = run(configs)
+    findings = _selected(run(configs), found.files[0] if found.files else None, args)
     report = Report(tuple(findings), configs[0].flavor, found.version, found.files, found.environment,
                     strict=args.strict)
     if args.emit_overrides:
         print(_overrides(configs, findings, all_fixes=args.all_fixes))
+    elif args.format in ("sarif", "github"):
+        from checks.report import Checked, Run
+        from checks.sarif import RENDERERS as RUN_RENDERERS
+
+        print(RUN_RENDERERS[args.format](Run((Checked(found.files[0] if found.files else "<command line>",
+                                                      report),), strict=args.strict)))
     else:
         print(RENDERERS[args.format](report))
     return report.exit_code
+
+
+def _selected(findings: Sequence[Finding], path: str | None, args: argparse.Namespace) -> list[Finding]:
+    """The findings the run's rule selection reports: --select/--ignore over the pyproject.toml table above
+    ``path``; a per-file ignore matches the file a finding is in (else ``path``)."""
+    from checks.selection import for_path
+
+    selection = for_path(path, args.select, args.ignore)
+    return [f for f in findings
+            if selection.allows(f.rule, f.origin.file if f.origin is not None and f.origin.file else path)]
+
+
+def _check_many(args: argparse.Namespace) -> int:
+    """Each config the paths name, checked on its own in this process; one summary, one exit code."""
+    from checks.batch import check_all, expand
+    from checks.engine import run
+    from checks.loaders import load
+    from checks.report import Report, render_run_json, render_run_text
+    from checks.sarif import RENDERERS as RUN_RENDERERS
+
+    given = [name for name, on in (("--set", args.overrides), ("--argv", args.argv is not None),
+                                   ("--command", args.command_line is not None), ("--recipe", args.recipe),
+                                   ("--emit-overrides", args.emit_overrides)) if on]
+    if given:
+        raise InputError(given[0], "goes with one config, not several: check the configs one at a time, or layer "
+                                   "the files into one with --merge")
+    files, skipped = expand(args.files, configs_only=args.configs_only)
+
+    def check_one(path: str) -> Report:
+        found = request(args, (path,))
+        configs = load(found)
+        return Report(tuple(_selected(run(configs), path, args)), configs[0].flavor, found.version, found.files,
+                      found.environment, strict=args.strict)
+
+    result = check_all(files, check_one, skipped, strict=args.strict)
+    if args.format == "text":
+        print(render_run_text(result, verbose=args.verbose))
+    else:
+        print({"json": render_run_json, **RUN_RENDERERS}[args.format](result))
+    return result.exit_code
 
 
 def _overrides(configs: Sequence[object], findings: Sequence[object], *, all_fixes: bool = False) -> str:

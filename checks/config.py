@@ -228,6 +228,7 @@ class CanonicalConfig:
     # settings leave out -> why it is unknown and how to supply it. A rule that reads one cannot decide.
     unknown: Mapping[str, Unknown] = field(default_factory=dict)
     launch: str | None = None  # the launch command this config is read from ("train.sh:12"), if any
+    suppressions: tuple[Any, ...] = ()  # checks.suppressions.Suppression: the inline ones of the files it was read from
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))

@@ -68,6 +68,7 @@ class Context:
         # (input key, proposal) of every complete patch, recorded by the engine for the rules that run last
         self.patches: list[tuple[str, Proposal]] = []
         self.read: set[str] = set()  # every path a rule asked about (tests/test_rule_reads.py checks them)
+        self.used_suppressions: set[Any] = set()  # those that silenced a finding, recorded by the engine (CFG012)
         for path, setting in cfg.settings.items():
             section, name = split_path(path)
             spec = self.profile.field(section, name) if section != "env" else None

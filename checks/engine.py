@@ -21,6 +21,7 @@ from checks.context import Context, Unreadable
 from checks.fixes import unsafe_paths
 from checks.rules import ALL_RULES
 from checks.rules.base import Hit, Rule
+from checks.suppressions import check_ids
 
 
 @dataclass(frozen=True)
@@ -56,24 +57,44 @@ def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -
     A patch is a promise that applying it removes its finding. Each one is tried on the config (:func:`_trial`);
     one after which the finding stays, or an error appears that was not there, is marked partial, with what else
     is needed. The rules that run last see the complete patches in the input's spelling (CFG011: two that
-    disagree on a key).
+    disagree on a key), and which inline suppressions silenced a finding (CFG012: one that silenced none).
     """
     rules = tuple(rules)
     first = tuple(rule for rule in rules if not rule.last)
     last = tuple(rule for rule in rules if rule.last)
     findings: list[Finding] = []
+    contexts: list[Context] = []
+    used: set[Any] = set()  # suppressions are in the files, which the models of one config share
     for cfg in configs:
+        check_ids(cfg.suppressions, (r.id for r in ALL_RULES), (r.id for r in ALL_RULES if r.last))
         ctx = Context(cfg)
+        ctx.used_suppressions = used
+        contexts.append(ctx)
         found = _hits(ctx, first)
         errors = {(rule.id, hit.path) for rule, hit in found if (hit.severity or rule.severity) == "error"}
         for rule, hit in found:
             finding = _finding(rule, hit, ctx)
+            origin = finding.origin
+            silencing = next((s for s in cfg.suppressions if s.silences(
+                rule.id, origin.file if origin else None, origin.line if origin else None)), None)
+            if silencing is not None:  # the user's inline suppression, with its reason
+                ctx.used_suppressions.add(silencing)
+                continue
             if finding.patch:  # a patch the input can write: does it fix the finding?
                 finding = replace(finding, partial=_trial(cfg, first, rule, hit, errors))
                 if not finding.partial:
                     ctx.record_patch(rule.id, hit.patch or {}, finding.patch or {})
             findings.append(finding)
-        findings.extend(_finding(rule, hit, ctx) for rule, hit in _hits(ctx, last))
+    once: set[tuple[Any, ...]] = set()
+    for ctx in contexts:  # after every model's rules: a suppression one of them used is used
+        for rule, hit in _hits(ctx, last):
+            finding = _finding(rule, hit, ctx)
+            if rule.per_run:  # about the input files: once, whichever model's config holds them
+                if (rule.id, finding.origin, finding.message) in once:
+                    continue
+                once.add((rule.id, finding.origin, finding.message))
+                finding = replace(finding, target=None)
+            findings.append(finding)
     return sorted(findings, key=_order)
 
 

@@ -45,9 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="check a config's CPU-offloading settings", epilog=_EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    check.add_argument("files", nargs="*", metavar="FILE",
-                       help="config files, applied in order (Bridge YAML, NeMo-RL YAML, a Megatron-LM launch "
-                            "script or functional-test YAML)")
+    check.add_argument("files", nargs="*", metavar="PATH",
+                       help="config files, directories or globs (Bridge YAML, NeMo-RL YAML, a Megatron-LM launch "
+                            "script or functional-test YAML): each config is checked on its own, with one summary; "
+                            "in a directory, what is not a config is skipped (--verbose lists it)")
+    check.add_argument("--merge", action="store_true",
+                       help="layer the FILEs in order into one config, as Bridge and Hydra layer a recipe dump and "
+                            "its override files, and check that")
+    check.add_argument("--configs-only", action="store_true",
+                       help="skip a named file that is not a config, as a directory's are skipped (for pre-commit, "
+                            "which names every staged YAML file)")
+    check.add_argument("--verbose", action="store_true",
+                       help="with several configs, list each one checked and each file skipped, with why")
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="a Hydra override applied after the files (repeatable; + and ++ prefixes as in Hydra)")
     check.add_argument("--argv", action=_Once, help="Megatron-LM flags as one string, appended after any script; write "
@@ -69,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--env", dest="variables", action="append", default=[], metavar="NAME=VALUE",
                        help="an environment variable the job is launched with (repeatable), e.g. "
                             "NVTE_CPU_OFFLOAD_V1=1")
-    check.add_argument("--format", default="text", choices=("text", "json"))
+    check.add_argument("--select", action="append", default=[], metavar="ID[,ID...]",
+                       help="report only these rules, by id or prefix (OPT, ACT001); replaces the select of the "
+                            "[tool.megatron-offload-check] table of the nearest pyproject.toml")
+    check.add_argument("--ignore", action="append", default=[], metavar="ID[,ID...]",
+                       help="never report these rules, by id or prefix; adds to the table's ignore")
+    check.add_argument("--format", default="text", choices=("text", "json", "sarif", "github"),
+                       help="sarif: SARIF 2.1.0 for code scanning and editors; github: workflow annotations")
     check.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     check.add_argument("--emit-overrides", action="store_true",
                        help="print the fixes as KEY=VALUE overrides (or Megatron-LM flags) instead of findings: "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,63 @@ class LintReport(_Outcome):
     root: str
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A file a directory or glob held that is not a config, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One config's outcome: its report, or why it could not be read (``error``)."""
+
+    path: str
+    report: Report | None = None
+    error: str = ""
+
+    @property
+    def status(self) -> str:
+        return "error" if self.report is None else self.report.status
+
+
+@dataclass(frozen=True)
+class Run:
+    """Every config of one ``check`` over several paths: one summary, one exit code."""
+
+    checked: tuple[Checked, ...]
+    skipped: tuple[Skipped, ...] = ()
+    strict: bool = False
+
+    @property
+    def findings(self) -> tuple[tuple[str, Finding], ...]:
+        return tuple((c.path, f) for c in self.checked if c.report for f in c.report.findings)
+
+    def count(self, severity: str) -> int:
+        return sum(c.report.count(severity) for c in self.checked if c.report)
+
+    @property
+    def unknown(self) -> int:
+        return sum(c.report.unknown for c in self.checked if c.report)
+
+    @property
+    def unreadable(self) -> int:
+        return sum(1 for c in self.checked if c.report is None)
+
+    @property
+    def status(self) -> str:
+        if self.unreadable:
+            return "error"
+        statuses = {c.status for c in self.checked}
+        return "fail" if "fail" in statuses else "incomplete" if "incomplete" in statuses else "ok"
+
+    @property
+    def exit_code(self) -> int:
+        """2 when a file could not be read (the others are still reported), 1 on a failing config, else 0."""
+        return 2 if self.unreadable else 1 if self.status == "fail" else 0
+
+
 def location_json(origin: Origin | None) -> dict[str, Any] | None:
     if origin is None or (origin.file is None and origin.arg is None):
         return None
@@ -98,14 +156,45 @@ def assumptions(report: Report) -> dict[str, Any]:
     }
 
 
+def _summary(outcome: Report | Run) -> dict[str, int]:
+    return {**{s: outcome.count(s) for s in ("error", "warning", "info")}, "unknown": outcome.unknown}
+
+
+def _input_name(report: Report) -> str:
+    """The config a report is of: its file, its files as layered (--merge), or the command-line input."""
+    return " + ".join(report.inputs) if report.inputs else "<command line>"
+
+
+def file_json(path: str, report: Report | None, error: str = "") -> dict[str, Any]:
+    """One checked config in the JSON output's ``files``: its flavor, status and counts, or why it was not read."""
+    if report is None:
+        return {"path": path, "flavor": None, "status": "error", "error": error}
+    return {"path": path, "flavor": report.flavor, "mcore_version": report.mcore_version, "status": report.status,
+            "summary": _summary(report)}
+
+
 def render_json(report: Report) -> str:
     document = {
         "status": report.status,
         "mcore_version": report.mcore_version,
         "flavor": report.flavor,
+        "files": [file_json(_input_name(report), report)],
         "findings": [finding_json(f) for f in report.findings],
-        "summary": {**{s: report.count(s) for s in ("error", "warning", "info")}, "unknown": report.unknown},
+        "summary": _summary(report),
         "assumptions": assumptions(report),
+    }
+    return dumps(document)
+
+
+def render_run_json(result: Run) -> str:
+    """Several configs: each in ``files``, every finding with the ``file`` whose check found it."""
+    document = {
+        "status": result.status,
+        "files": [file_json(c.path, c.report, c.error) for c in result.checked],
+        "skipped": [{"path": s.path, "reason": s.reason} for s in result.skipped],
+        "findings": [{"file": path, **finding_json(f)} for path, f in result.findings],
+        "summary": {**_summary(result), "configs": len(result.checked), "unreadable": result.unreadable,
+                    "skipped": len(result.skipped)},
     }
     return dumps(document)
 
@@ -131,7 +220,7 @@ def finding_lines(f: Finding, inputs: Sequence[str]) -> list[str]:
     return lines
 
 
-def _counts(outcome: _Outcome) -> str:
+def _counts(outcome: _Outcome | Run) -> str:
     return ", ".join(f"{outcome.count(s)} {s}{'s' if outcome.count(s) != 1 else ''}"
                      for s in ("error", "warning", "info"))
 
@@ -163,6 +252,35 @@ def render_text(report: Report) -> str:
 RENDERERS: dict[str, Callable[[Report], str]] = {"text": render_text, "json": render_json}
 
 
+def render_run_text(result: Run, verbose: bool = False) -> str:
+    """Several configs: every finding as ``check`` prints it, the files that could not be read, one summary."""
+    lines = [line for path, f in result.findings for line in finding_lines(f, [path])]
+    lines += [f"error: {c.error}" for c in result.checked if c.report is None]
+    if verbose:
+        lines += [f"checked {c.path}: {c.status}" + (f" ({c.report.flavor}, megatron-core {c.report.mcore_version})"
+                                                   if c.report else "") for c in result.checked]
+        lines += [f"skipped {s.path}: {s.reason}" for s in result.skipped]
+    flavors = ", ".join(f"{name} {count}" for name, count in
+                        sorted(Counter(c.report.flavor for c in result.checked if c.report).items()))
+    with_findings = len({path for path, _ in result.findings})
+    summary = f"{len(result.checked)} config{'s' if len(result.checked) != 1 else ''} checked" + \
+        (f" ({flavors})" if flavors else "") + f": {_counts(result)}" + \
+        (f" in {with_findings} of them" if with_findings else "")
+    if result.unreadable:
+        summary += f"; {result.unreadable} could not be read"
+    if result.skipped:
+        summary += f"; {len(result.skipped)} file{'s' if len(result.skipped) != 1 else ''} skipped as not configs" + \
+            ("" if verbose else " (--verbose lists them)")
+    lines.append(summary)
+    if result.unknown and not result.count("error"):
+        lines.append(f"ok with {result.unknown} value{'s' if result.unknown != 1 else ''} unknown: the rules "
+                     f"{UNKNOWN_RULE} lists could not decide")
+    if result.findings:
+        lines.append("For more on each rule: python -m checks explain "
+                     + " ".join(dict.fromkeys(f.rule for _, f in result.findings)))
+    return "\n".join(lines)
+
+
 def render_lint_text(report: LintReport) -> str:
     lines = [line for f in report.findings for line in finding_lines(f, ["SKILL.md"])]
     if report.findings:
@@ -185,3 +303,4 @@ def render_lint_json(report: LintReport) -> str:
 
 
 LINT_RENDERERS: dict[str, Callable[[LintReport], str]] = {"text": render_lint_text, "json": render_lint_json}
+

@@ -18,7 +18,7 @@ from referencing import Registry, Resource
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
 COMMON = REFERENCE / "output-common.schema.json"
 SCHEMAS: dict[str, Path] = {kind: REFERENCE / f"{kind}-output.schema.json"
-                            for kind in ("check", "plan", "lint", "rules", "examples")}
+                            for kind in ("check", "check-run", "plan", "lint", "rules", "examples")}
 
 
 def load_schema(path: Path) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def test_json_output_is_the_documented_contract(tmp_path: Path, capsys: pytest.C
                        "--assume-defaults")
     assert code == 1
     document = json.loads(out)
-    assert list(document) == ["status", "mcore_version", "flavor", "findings", "summary", "assumptions"]
+    assert list(document) == ["status", "mcore_version", "flavor", "files", "findings", "summary", "assumptions"]
     assert document["assumptions"] == {"mcore_version_source": "option", "te_version": None, "nemo_rl_version": None}
     assert document["status"] == "fail" and document["summary"] == {"error": 2, "warning": 0, "info": 0,
                                                                     "unknown": 0}
@@ -96,6 +96,8 @@ def test_clean_config_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "check", clean, "--format", "json", "--mcore-version", "0.19", "--te-version", "2.12")
     assert json.loads(out) == {
         "status": "ok", "mcore_version": "0.19.2", "flavor": "bridge",
+        "files": [{"path": clean, "flavor": "bridge", "mcore_version": "0.19.2", "status": "ok",
+                   "summary": {"error": 0, "warning": 0, "info": 1, "unknown": 0}}],
         "findings": [{"rule": "OPT022", "severity": "info", "target": None,
                       "path": "optimizer.optimizer_offload_fraction",
                       "location": {"file": clean, "line": 70, "arg": None}, "message": PREDICTION,
@@ -233,11 +235,13 @@ def test_large_directory_and_missing_files(tmp_path: Path, capsys: pytest.Captur
     big = tmp_path / "big.yaml"
     big.write_bytes(b"model:\n" + b"  # padding\n" * (10 * 1024 * 1024 // 12))
     cases = [(str(big), "big.yaml: file is 10.0 MiB; configs larger than 4 MiB are refused"),
-             (str(tmp_path), "is a directory; give a config file"),
              (str(tmp_path / "nope.yaml"), "nope.yaml: no such file")]
     for path, expected in cases:
         code, out, err = run(capsys, "check", path)
         assert (code, out) == (2, "") and expected in err and err.count("\n") == 1
+    # a directory is checked as a tree: the file it cannot read is named, the run goes on and exits 2
+    code, out, err = run(capsys, "check", str(tmp_path))
+    assert (code, err) == (2, "") and f"error: {big}: file is 10.0 MiB" in out and "1 could not be read" in out
 
 
 @pytest.mark.parametrize("argv,expected", [

@@ -281,7 +281,8 @@ def test_bad_documents_are_refused() -> None:
 
 # --- formats.md and the schemas agree -----------------------------------------------------------------
 
-SECTIONS = {"## JSON output": ["check"], "## `plan` JSON output": ["plan"], "## `lint` JSON output": ["lint"],
+SECTIONS = {"## JSON output": ["check"], "## Several configs in one run (`check PATH...`)": ["check-run"],
+            "## `plan` JSON output": ["plan"], "## `lint` JSON output": ["lint"],
             "## `rules` and `examples` JSON output": ["rules", "examples"]}
 ELIDED = "..."
 

@@ -119,6 +119,23 @@ CASES: tuple[Case, ...] = (
                                                         "HybridModelProvider", "num_layers": 24, "cpu_offloading": True,
                                             "cpu_offloading_num_layers": 4}})), True, "a HybridModelProvider",
          says=("no effect on a hybrid model (HybridModelProvider)",)),
+    Case("ACT009", Example(_yaml({"model": {"_target_": "megatron.bridge.models.mamba.mamba_provider."
+                                                        "MambaModelProvider", "num_layers": 24, "cpu_offloading": True,
+                                            "cpu_offloading_num_layers": 4}})), True, "a MambaModelProvider",
+         says=("no effect on a hybrid model (MambaModelProvider)",)),
+    # CFG001: NeMo-RL's optimizer section refuses any unknown key, offload-related or not; a Megatron-LM flag
+    # that is a TransformerConfig field but no flag is not "a model field to move"
+    Case("CFG001", Example(_nemo_rl_optimizer(weight_decy=0.1), "nemo-rl"), True,
+         "an unknown non-offload key where NeMo-RL crashes",
+         says=("weight_decy' is not a field of optimizer", "the run fails at start-up")),
+    Case("CFG001", Example("--num-layers 4 --cpu-offloading-activations", "megatron-lm"), True,
+         "a config field that is no flag", fix="Remove it"),
+    # TEX006: the module list is not read with fine-grained offloading off
+    Case("TEX006", Example(_yaml({"model": {"fine_grained_activation_offloading": False,
+                                            "offload_modules": ["expert_fc1"], "num_moe_experts": 8}}), te="2.5"),
+         False, "fine-grained offloading off"),
+    Case("TEX006", Example(_fine_grained(offload_modules=["expert_fc1"], num_moe_experts=8), te="2.5"), True,
+         "expert_fc1 with TE 2.5", says=("offloading expert_fc1 needs Transformer Engine >= 2.6",)),
     # OPT003: pin_cpu_grads=false is a knob without the switch as well
     Case("OPT003", Example(_yaml({"optimizer": {"optimizer_cpu_offload": False, "pin_cpu_grads": False}})), True,
          "pin_cpu_grads=false", says=("pin_cpu_grads=False has no effect",)),
@@ -289,3 +306,19 @@ def test_findings_match_the_snapshot() -> None:
     assert sorted(shown) == sorted(held), "cases were added or removed: regenerate the snapshot (see above)"
     changed = [name for name in shown if shown[name] != held[name]]
     assert not changed, f"findings changed for {changed}: see the comment above to update {SNAPSHOT}"
+
+
+def test_cfg011_about_one_path_names_no_paths() -> None:
+    """Two rules proposing different values for one key of one path: the finding is about that path alone, so
+    it lists no `paths` (they are for findings about several)."""
+    from checks.catalogue import example_configs
+    from checks.context import Context
+    from checks.rules.keys import check_conflicting_patches
+
+    (cfg,) = example_configs(Example(_yaml({"model": {"num_layers": 8}})), "0.19.2")
+    ctx = Context(cfg)
+    for rule, value in (("ACT001", 2), ("ACT007", 0)):
+        ctx.record_patch(rule, {"model.cpu_offloading_num_layers": value}, {"model.cpu_offloading_num_layers": value})
+    (hit,) = check_conflicting_patches(ctx)
+    assert hit.path == "model.cpu_offloading_num_layers" and hit.paths == ()
+    assert hit.message.startswith("the fixes of ACT001, ACT007 disagree on model.cpu_offloading_num_layers")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from checks.config import CanonicalConfig
 from checks.errors import InputError
@@ -49,7 +49,26 @@ def load(request: Request) -> list[CanonicalConfig]:
     else:
         configs = _load_one(request)
     check_limits(configs)
-    return configs
+    return [replace(cfg, suppressions=_suppressions(cfg)) for cfg in configs]
+
+
+def _suppressions(cfg: CanonicalConfig) -> tuple[Any, ...]:
+    """The inline suppressions of every file a setting of ``cfg`` was read from (its inputs, the ``defaults:``
+    bases and launch scripts they bring in)."""
+    import os
+
+    from checks.suppressions import MARKER, parse
+
+    files = dict.fromkeys([*cfg.inputs, *(s.origin.file for s in cfg.settings.values() if s.origin.file),
+                           *(u.setting.origin.file for u in cfg.unrecognised if u.setting.origin.file)])
+    found: list[Any] = []
+    for path in files:
+        if path is None or not os.path.isfile(path):
+            continue  # a recipe's source at its pinned commit, or standard input
+        text = read_text(path)
+        if MARKER in text:
+            found += parse(path, text)
+    return tuple(found)
 
 
 def launches_of(request: Request) -> list[Launch] | None:

@@ -81,6 +81,7 @@ class Rule:
     flavors: frozenset[str] = ALL_FLAVORS
     upstream: tuple[UpstreamCheck, ...] = ()
     last: bool = False  # runs after every other rule (it reports what the others could not decide)
+    per_run: bool = False  # about the run's input files, not one model: reported once, without a model's label
 
     @property
     def doc(self) -> str:
@@ -114,7 +115,8 @@ _DECLARED: dict[str, dict[str, Rule]] = {}  # module -> rule id -> rule, in decl
 
 def rule(rule_id: str, name: str, severity: str, *, bad: Example, good: Example, since: str | None = None,
          until: str | None = None, feature: str | None = None, flavors: frozenset[str] = ALL_FLAVORS,
-         upstream: tuple[UpstreamCheck, ...] = (), last: bool = False) -> Callable[[Check], Check]:
+         upstream: tuple[UpstreamCheck, ...] = (), last: bool = False,
+         per_run: bool = False) -> Callable[[Check], Check]:
     """Declare the decorated check function as rule ``rule_id``; the function itself is unchanged."""
     if severity not in SEVERITIES:
         raise ValueError(f"{rule_id}: severity {severity!r} is not one of {SEVERITIES}")
@@ -122,7 +124,7 @@ def rule(rule_id: str, name: str, severity: str, *, bad: Example, good: Example,
     def declare(check: Check) -> Check:
         _DECLARED.setdefault(check.__module__, {})[rule_id] = Rule(
             rule_id, name, severity, check, bad, good, since=since, until=until, feature=feature,
-            flavors=flavors, upstream=upstream, last=last)
+            flavors=flavors, upstream=upstream, last=last, per_run=per_run)
         return check
     return declare
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from checks.config import REFUSED_BY_RUNNER, SWITCH_VALUE, UNUSED_WORD, Unrecognised
+from checks.config import REFUSED_BY_RUNNER, SWITCH_VALUE, UNUSED_WORD, Origin, Unrecognised
 from checks.context import Context, disagreements
 from checks.formats import BRIDGE_SECTIONS, is_offload_related, normalise
 from checks.formats import close_matches as _close_matches
@@ -284,6 +284,47 @@ def check_conflicting_patches(ctx: Context) -> Iterator[Hit]:
         yield Hit(found[0].path, f"the fixes of {rules} disagree on {key}: {listed}",
                   f"Choose one: read the fixes of {rules}, set {key} to the value you mean, and check again "
                   "(--emit-overrides prints neither value)", paths=paths if len(paths) > 1 else ())
+
+
+@rule("CFG012", "unused-suppression", WARNING,
+      bad=Example("""
+          model:
+            cpu_offloading: false  # offload-check: ignore[ACT004] graphs are captured outside megatron-core
+          """),
+      good=Example("""
+          model:
+            num_layers: 4
+            cpu_offloading: true
+            # offload-check: ignore[ACT001] a patched build allows every layer
+            cpu_offloading_num_layers: 4
+          """),
+      last=True, per_run=True)
+def check_unused_suppression(ctx: Context) -> Iterator[Hit]:
+    """An inline suppression (`# offload-check: ignore[ID] reason`) that silences no finding.
+
+    What it checks:
+        Runs after every other rule. Each suppression comment in the files the config was read
+        from names rule ids or prefixes and the line it covers (its own, or the next when it is
+        alone on its line); one under which none of those rules found anything is reported, with
+        its reason.
+
+    Why it matters:
+        A suppression outlives the problem it was written for: after the config or the checker
+        changes, it silences nothing today and hides the next finding of that rule on that line
+        without anyone deciding to. ruff reports unused `noqa` comments for the same reason.
+
+    Source:
+        Goes beyond upstream: the checker's own suppressions (checks/suppressions.py).
+    """
+    for mark in ctx.cfg.suppressions:
+        if mark in ctx.used_suppressions:
+            continue
+        covers = f"line {mark.lines[0]}" if mark.lines[0] == mark.lines[1] else \
+            f"lines {mark.lines[0]}-{mark.lines[1]}"
+        yield Hit(f"ignore[{','.join(mark.ids)}]",
+                  f"the suppression of {', '.join(mark.ids)} ({mark.reason!r}) silences nothing on {covers}",
+                  "Remove the comment, or name the rule that fires there",
+                  origin=Origin(file=mark.file, line=mark.line, key=f"ignore[{','.join(mark.ids)}]"))
 
 
 @rule("CFG009", "override-unverified", INFO,

@@ -1,0 +1,145 @@
+"""SARIF 2.1.0 and GitHub workflow-command output, for code scanning and editors that show findings inline.
+
+SARIF (OASIS, https://docs.oasis-open.org/sarif/sarif/v2.1.0/sarif-v2.1.0.html; the schema the tests validate
+against is ``tests/data/sarif-schema-2.1.0.json``): one run, the rules that fired with their documentation and
+upstream anchors, each finding a result with its file, line and column (the key's column on its line), and a
+fix where the finding's patch changes the value of the very line it points at. Like the other renderers these
+decide nothing; they read a finding's line only to place the region and the replacement on it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cache
+from typing import Any
+
+from checks import __version__
+from checks.engine import Finding
+from checks.jsonio import dumps
+from checks.report import Run
+
+SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+TOOL = "megatron-offload-check"
+_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+# A YAML mapping line "  key: value  # comment": the key and where its value starts and ends.
+_YAML_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>[\w.\-]+)\s*:\s*(?P<value>[^#\s][^#]*?)?\s*(?:#.*)?$")
+
+
+@cache
+def _lines(path: str) -> tuple[str, ...]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return tuple(handle.read().splitlines())
+    except (OSError, UnicodeDecodeError):
+        return ()
+
+
+def _line(path: str, number: int) -> str:
+    lines = _lines(path)
+    return lines[number - 1] if 0 < number <= len(lines) else ""
+
+
+def _uri(path: str) -> str:
+    return path.replace(os.sep, "/")
+
+
+def _region(f: Finding) -> dict[str, Any] | None:
+    origin = f.origin
+    if origin is None or origin.file is None or origin.line is None:
+        return None
+    region: dict[str, Any] = {"startLine": origin.line}
+    key = (origin.key or "").rsplit(".", 1)[-1].lstrip("-+~")
+    column = _line(origin.file, origin.line).find(key) if key else -1
+    if column >= 0:
+        region["startColumn"] = column + 1
+    return region
+
+
+def _fix(f: Finding) -> dict[str, Any] | None:
+    """A replacement of the value on the finding's own line, when its patch sets exactly that key."""
+    origin = f.origin
+    if not f.patch or len(f.patch) != 1 or origin is None or origin.file is None or origin.line is None:
+        return None
+    (key, value), = f.patch.items()
+    match = _YAML_LINE.match(_line(origin.file, origin.line))
+    if match is None or match["value"] is None or match["key"] != key.rsplit(".", 1)[-1]:
+        return None
+    text = "null" if value is None else ("true" if value else "false") if isinstance(value, bool) else \
+        str(value) if isinstance(value, (int, float)) else f"[{', '.join(map(str, value))}]" \
+        if isinstance(value, list) else str(value)
+    start = match.start("value") + 1
+    return {"description": {"text": f.fix},
+            "artifactChanges": [{"artifactLocation": {"uri": _uri(origin.file)},
+                                 "replacements": [{"deletedRegion": {"startLine": origin.line, "startColumn": start,
+                                                                     "endColumn": start + len(match["value"])},
+                                                   "insertedContent": {"text": text}}]}]}
+
+
+def _rule(rule_id: str) -> dict[str, Any]:
+    from checks.rules import BY_ID
+
+    rule = BY_ID[rule_id]
+    return {"id": rule.id, "name": rule.name, "shortDescription": {"text": rule.summary},
+            "fullDescription": {"text": rule.doc}, "help": {"text": rule.doc},
+            "defaultConfiguration": {"level": _LEVEL[rule.severity]},
+            "properties": {"upstream": [{"project": c.project, "message": c.message, "anchors": c.anchors()}
+                                        for c in rule.upstream]}}
+
+
+def render_sarif(result: Run) -> str:
+    findings = result.findings
+    rule_ids = list(dict.fromkeys(f.rule for _, f in findings))
+    results = []
+    for path, f in findings:
+        located = f.origin is not None and f.origin.file is not None
+        location: dict[str, Any] = {"artifactLocation": {"uri": _uri(f.origin.file if located else path)}}
+        if (region := _region(f)) is not None:
+            location["region"] = region
+        entry: dict[str, Any] = {
+            "ruleId": f.rule, "ruleIndex": rule_ids.index(f.rule), "level": _LEVEL[f.severity],
+            "message": {"text": (f"[{f.target}] " if f.target else "") + f"{f.message}. Fix: {f.fix}"},
+            "locations": [{"physicalLocation": location}],
+            "properties": {"path": f.path, "fix": f.fix, "patch": f.patch,
+                           "upstream": f.upstream.as_json() if f.upstream else None}}
+        if (fix := _fix(f)) is not None:
+            entry["fixes"] = [fix]
+        results.append(entry)
+    notifications = [{"level": "error", "message": {"text": c.error},
+                      "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(c.path)}}}]}
+                     for c in result.checked if c.report is None]
+    document = {
+        "$schema": SCHEMA, "version": "2.1.0",
+        "runs": [{"tool": {"driver": {"name": TOOL, "version": __version__, "semanticVersion": __version__,
+                                      "rules": [_rule(r) for r in rule_ids]}},
+                  "invocations": [{"executionSuccessful": not result.unreadable,
+                                   "toolExecutionNotifications": notifications}],
+                  "results": results}],
+    }
+    return dumps(document)
+
+
+def _escape(text: str, property_value: bool = False) -> str:
+    """GitHub's workflow-command escaping (actions/toolkit, packages/core/src/command.ts)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
+
+
+def render_github(result: Run) -> str:
+    """One ``::error``/``::warning``/``::notice`` line per finding, as a workflow step prints annotations."""
+    command = {"error": "error", "warning": "warning", "info": "notice"}
+    lines = []
+    for path, f in result.findings:
+        origin = f.origin
+        file = origin.file if origin is not None and origin.file else path
+        where = f"file={_escape(file, True)}"
+        if origin is not None and origin.line is not None:
+            where += f",line={origin.line}"
+        title = _escape(f"{f.rule} {f.severity}", True)
+        lines.append(f"::{command[f.severity]} {where},title={title}::{_escape(f.message + '. Fix: ' + f.fix)}")
+    lines += [f"::error file={_escape(c.path, True)},title=unreadable::{_escape(c.error)}"
+              for c in result.checked if c.report is None]
+    return "\n".join(lines)
+
+
+RENDERERS = {"sarif": render_sarif, "github": render_github}
