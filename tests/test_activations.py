@@ -85,3 +85,17 @@ def test_example_gpt_layer(experts: int, batch: int, seq: int) -> None:
     dims = Dims(64, 4, 4, 16, 96, gated=False, layernorm=True, rope=False, experts=experts,
                 top_k=2 if experts else 0, moe_ffn=48 if experts else 0)
     _close(measured[1], bytes_per_token(example_gpt(dims)) * batch * seq)
+
+
+@pytest.mark.parametrize("experts", [0, 8])
+def test_a_gated_mlp_saves_twice_the_fc1_output_of_a_plain_one(experts: int) -> None:
+    """SwiGLU's fc1 writes gate and up (2 x ffn per routed row); a plain GELU MLP writes ffn. Dense and MoE."""
+    from dataclasses import replace as changed
+
+    from checks.plan.activations import megatron_te
+
+    gated = Dims(64, 4, 2, 16, 0 if experts else 96, experts=experts, top_k=2 if experts else 0,
+                 moe_ffn=48 if experts else 0)
+    fc1 = {g: next(t.numel for t in megatron_te(changed(gated, gated=g)) if t.name == "fc1 output (activation input)")
+           for g in (True, False)}
+    assert fc1[True] == 2 * fc1[False] == 2 * (2 * 48 if experts else 96)

@@ -488,3 +488,18 @@ def test_a_tied_embedding_gets_its_own_bucket_only_across_pipeline_stages(pipeli
     apart, together = most_loaded(frozenset({"embedding.word_embeddings.weight"})), most_loaded(frozenset())
     assert apart != together  # at DP 7 the most loaded rank differs between them (at DP 3 or 8 it does not)
     assert stage_memory(t, 0).optimizer_bytes == (apart if pipeline > 1 else together)
+
+
+@pytest.mark.parametrize("needed", [1, 2, 5, 17])
+def test_the_layer_option_is_the_smallest_count_that_fits(needed: int) -> None:
+    """With exactly ``needed`` layers' worth of memory to free, the layer-level option offloads that many: the
+    binary search neither stops above the smallest fitting count nor starts above one."""
+    from checks.plan.recommend import peak
+
+    t = Training(PRESETS["llama3-8b"].shape, Parallelism(), data_parallel=8, seq_length=16384, global_batch_size=64,
+                 precision_aware_optimizer=True)
+    fits_at = peak(plan_memory(t, Offload(cpu_offloading_num_layers=needed)))
+    assert peak(plan_memory(t, Offload(cpu_offloading_num_layers=needed - 1))) > fits_at
+    rec = recommend(t, Budget(replace(HARDWARE["h100-sxm"], gpu_memory_bytes=fits_at), headroom=0.0))
+    layer = next(o for o in rec.options if o.mechanism == "layer-level activation offload")
+    assert layer.fits and layer.settings["cpu_offloading_num_layers"] == needed

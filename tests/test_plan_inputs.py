@@ -340,6 +340,8 @@ def test_layer_offload_counts_activations_only_when_they_are_offloaded() -> None
 
 def test_what_the_planner_does_not_count_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     for sets, said in ((["model.cuda_graph_impl=transformer_engine"], "CUDA graphs"),
+                       (["model.enable_cuda_graph=true"], "CUDA graphs (enable_cuda_graph=true)"),
+                       (["model.external_cuda_graph=true"], "CUDA graphs (external_cuda_graph=true)"),
                        (["model.tensor_model_parallel_size=2", "model.tp_comm_overlap=true"], "userbuffers"),
                        (["model.moe_token_dispatcher_type=flex"], "flex token dispatcher")):
         name = "qwen3-30b-a3b" if "flex" in said else "llama3-8b"
@@ -537,3 +539,22 @@ def test_a_catalogue_model_has_moe_layers_where_its_layer_pattern_says(hf_id: st
     assert arch is not None and isinstance(preset, Preset) and preset.shape.moe is not None
     pattern = tuple(bool(v) for v in arch.moe_layer_freq)
     assert preset.shape.moe.layers == pattern and not all(pattern)
+
+
+@pytest.mark.parametrize(("threshold", "moves"), [(None, True), (1, True), (10**12, False)])
+def test_the_fine_grained_size_threshold_is_read_from_the_config(capsys: pytest.CaptureFixture[str],
+                                                                 threshold: int | None, moves: bool) -> None:
+    """min_offloaded_tensor_size as the config states it: a threshold above every tensor offloads nothing."""
+    sets = ["model.fine_grained_activation_offloading=true", "model.offload_modules=[core_attn]"]
+    sets += [f"model.min_offloaded_tensor_size={threshold}"] if threshold is not None else []
+    _, document = plan(capsys, "--preset", "llama3-8b", "--gpus", "8", *[a for s in sets for a in ("--set", s)])
+    (stage,) = document["as_configured"]["stages"]
+    assert (stage["host_activation_bytes"] > 0) == moves
+
+
+def test_a_boolean_dimension_stated_as_null_is_false_as_the_preset_has_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """qk_layernorm: null is megatron-core's False, the preset's value: not a different model."""
+    code, _ = plan(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.qk_layernorm=null")
+    assert code in (0, 1)
+    err = refused(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.qk_layernorm=true")
+    assert "qk_layernorm=" in err

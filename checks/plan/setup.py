@@ -574,10 +574,11 @@ def _not_counted(ctx: Context, shape: ModelShape, par: Parallelism) -> list[Assu
     """What the job holds that the planner leaves out, each said rather than silently dropped."""
     notes: list[Assumption] = []
     graphs = _value(ctx, "model.cuda_graph_impl")
-    if (graphs not in (None, "none")) or _value(ctx, "model.enable_cuda_graph") \
-            or _value(ctx, "model.external_cuda_graph"):
-        notes.append(Assumption(f"CUDA graphs (cuda_graph_impl={graphs}): their static buffers and private memory "
-                                "pool are not counted"))
+    on = [f"cuda_graph_impl={graphs}"] if graphs not in (None, "none") else []
+    on += [f"{name}=true" for name in ("enable_cuda_graph", "external_cuda_graph") if _value(ctx, f"model.{name}")]
+    if on:
+        notes.append(Assumption(f"CUDA graphs ({', '.join(on)}): their static buffers and private memory pool are "
+                                "not counted"))
     if _value(ctx, "model.tp_comm_overlap") and par.tensor > 1:
         notes.append(Assumption("tp_comm_overlap: the userbuffers Transformer Engine allocates for it are not counted"))
     if shape.moe is not None and _value(ctx, "model.moe_token_dispatcher_type") == "flex":

@@ -48,7 +48,7 @@ def check_pao_adam(ctx: Context) -> Iterator[Hit]:
         yield Hit("optimizer.optimizer", f"use_precision_aware_optimizer=true with optimizer={name!r}",
                   "Use optimizer=adam, or turn the precision-aware optimizer off",
                   patch={"optimizer.optimizer": "adam"},
-                  upstream=ctx.upstream(up.O1_PAO_ADAM), at=(_PAO,))
+                  upstream=ctx.upstream(up.O1_PAO_ADAM))
 
 
 @rule("OPT008", "precision-aware-optimizer-needs-distributed-optimizer", ERROR,
