@@ -444,10 +444,14 @@ def test_plot_draws_one_curve_per_planned_model(tmp_path: Path, capsys: pytest.C
     import types
 
     drawn: list[str] = []
+    labels: list[str] = []
 
     class Axis:
         def plot(self, *args: object, label: str = "", **kwargs: object) -> None:
             drawn.append(label)
+
+        def set_xlabel(self, text: str) -> None:
+            labels.append(text)
 
         def __getattr__(self, name: str) -> object:
             return lambda *args, **kwargs: None
@@ -465,6 +469,7 @@ def test_plot_draws_one_curve_per_planned_model(tmp_path: Path, capsys: pytest.C
     code, _, err = cli(capsys, "plan", write(tmp_path, PPO), "--plot", str(tmp_path / "p.png"))
     assert err == "" and code in (0, 1) and (tmp_path / "p.png").read_text() == "png"
     assert drawn == ["peak memory per GPU [policy]", "peak memory per GPU [value]"]
+    assert labels == ["optimizer_offload_fraction"]
 
 
 def test_plan_of_a_config_whose_models_are_not_built_is_an_input_error(tmp_path: Path,

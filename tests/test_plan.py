@@ -503,3 +503,42 @@ def test_the_layer_option_is_the_smallest_count_that_fits(needed: int) -> None:
     rec = recommend(t, Budget(replace(HARDWARE["h100-sxm"], gpu_memory_bytes=fits_at), headroom=0.0))
     layer = next(o for o in rec.options if o.mechanism == "layer-level activation offload")
     assert layer.fits and layer.settings["cpu_offloading_num_layers"] == needed
+
+
+def test_a_job_whose_host_memory_is_exactly_the_budget_fits() -> None:
+    """Host memory, like GPU memory, fits up to and including the budget."""
+    from checks.plan.job import FITS, planned
+    from checks.plan.recommend import host_per_node, peak
+    from checks.plan.setup import from_preset
+
+    job = from_preset(PRESETS["llama3-8b"])
+    stages = plan_memory(job.training, job.offload)
+    hardware = replace(HARDWARE["h100-sxm"], gpu_memory_bytes=peak(stages) * 2)
+    host = host_per_node(stages, hardware, job.training.world_size)
+    exact = Budget(replace(hardware, host_memory_bytes=host), host_headroom=0.0)
+    assert exact.host_bytes_per_node == host and planned(job, exact).status == FITS
+    short = Budget(replace(hardware, host_memory_bytes=host - 1), host_headroom=0.0)
+    assert planned(job, short).status != FITS
+
+
+def test_a_layout_the_model_cannot_split_is_an_input_error_with_why() -> None:
+    from checks.errors import InputError
+    from checks.plan.job import planned
+    from checks.plan.setup import from_preset
+
+    job = from_preset(PRESETS["llama3-8b"])
+    broken = replace(job, training=replace(job.training, par=replace(job.training.par, pipeline=5)))
+    with pytest.raises(InputError) as err:
+        planned(broken, Budget(HARDWARE["h100-sxm"]))
+    assert str(err.value) == "plan: 32 layers do not split over pipeline size 5 x virtual 1"
+
+
+def test_the_checker_is_told_a_full_recompute_jobs_method_and_layers() -> None:
+    from checks.plan.recommend import job_settings
+
+    t = Training(SHAPE, Parallelism(), recompute="full", recompute_method="block", recompute_num_layers=3)
+    settings = job_settings(t)
+    assert (settings["model.recompute_granularity"], settings["model.recompute_method"],
+            settings["model.recompute_num_layers"]) == ("full", "block", 3)
+    selective = job_settings(replace(t, recompute="selective"))
+    assert selective["model.recompute_granularity"] == "selective" and "model.recompute_method" not in selective

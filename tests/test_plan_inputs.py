@@ -558,3 +558,19 @@ def test_a_boolean_dimension_stated_as_null_is_false_as_the_preset_has_it(capsys
     assert code in (0, 1)
     err = refused(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.qk_layernorm=true")
     assert "qk_layernorm=" in err
+
+
+def test_layout_refusals_name_where_they_are_set(capsys: pytest.CaptureFixture[str]) -> None:
+    assert refused(capsys, "--preset", "qwen3-30b-a3b", "--gpus", "16", "--set",
+                   "model.expert_model_parallel_size=3").startswith(
+        "error: --set #1: expert_model_parallel_size=3 does not divide the 128 experts: megatron-core asserts it")
+    assert refused(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.num_layers=32", "--set",
+                   "model.is_hybrid_model=true") == (
+        "error: --set #1: the model uses a hybrid (Mamba) model, which preset llama3-8b's model does not: the planner "
+        "would plan another model\n")
+
+
+def test_the_layout_a_preset_supplies_is_what_the_overrides_leave_unsaid(capsys: pytest.CaptureFixture[str]) -> None:
+    _, document = plan(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.tensor_model_parallel_size=2")
+    (note,) = [a for a in document["assumptions"] if a.endswith("from preset llama3-8b (the config does not set them)")]
+    assert note.startswith("pipeline_model_parallel_size, expert_model_parallel_size, expert_tensor_parallel_size ")

@@ -131,8 +131,9 @@ def load(request: Request) -> list[CanonicalConfig]:
                              at=request.override_at)  # the file is the whole config
     tree = applied.tree
     # The switches first: they decide which sections NeMo-RL reads, and only those are resolved.
-    tree = interpolation.resolve(tree, _SWITCHES, _env(request))
-    tree = interpolation.resolve(tree, _wanted(tree), _env(request))
+    resolver = interpolation.Resolver(tree, _env(request))  # built into OmegaConf once for both steps
+    tree = resolver.resolve(tree, _SWITCHES)
+    tree = resolver.resolve(tree, _wanted(tree))
     existing = {".".join(map(str, keys)) for keys, _ in trees.leaves(tree)}
     configs = [_canonical(tree, model, request, existing) for model in _models(tree)]
     if not configs:

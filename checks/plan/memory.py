@@ -311,15 +311,11 @@ def _fine_grained_moved(t: Training, layers: list[int], offload: Offload) -> flo
     its backward comes first), times ``activation_offload_fraction`` of the groups."""
     tokens = t.tokens_per_microbatch
     moved = 0.0
-    groups = 0
-    for index, layer in enumerate(layers):
-        if index == len(layers) - 1:
-            continue
+    for layer in layers[:-1]:
         for term in _kind_terms(t, t.shape.layer_kind(layer)):
             if term.module in offload.offload_modules and term.numel * tokens >= offload.min_offloaded_tensor_size:
                 moved += term.bytes_per_token * tokens
-        groups += 1
-    return moved * offload.activation_offload_fraction if groups else 0.0
+    return moved * offload.activation_offload_fraction
 
 
 # --- model states -----------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ def _gib(n: float) -> str:
 
 
 def _setting(option: Option) -> str:
-    return " ".join(f"{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in option.settings.items()) \
-        or "(nothing to change)"
+    """An option's settings as KEY=VALUE words (shown only for an option that has some)."""
+    return " ".join(f"{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in option.settings.items())
 
 
 def render_text(entry: Planned) -> str:
