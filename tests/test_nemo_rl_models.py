@@ -445,6 +445,7 @@ def test_plot_draws_one_curve_per_planned_model(tmp_path: Path, capsys: pytest.C
 
     drawn: list[str] = []
     labels: list[str] = []
+    titles: list[str] = []
 
     class Axis:
         def plot(self, *args: object, label: str = "", **kwargs: object) -> None:
@@ -452,6 +453,9 @@ def test_plot_draws_one_curve_per_planned_model(tmp_path: Path, capsys: pytest.C
 
         def set_xlabel(self, text: str) -> None:
             labels.append(text)
+
+        def set_title(self, text: str) -> None:
+            titles.append(text)
 
         def __getattr__(self, name: str) -> object:
             return lambda *args, **kwargs: None
@@ -470,6 +474,10 @@ def test_plot_draws_one_curve_per_planned_model(tmp_path: Path, capsys: pytest.C
     assert err == "" and code in (0, 1) and (tmp_path / "p.png").read_text() == "png"
     assert drawn == ["peak memory per GPU [policy]", "peak memory per GPU [value]"]
     assert labels == ["optimizer_offload_fraction"]
+    # several models: each one's source in the title; one model: its source alone
+    assert titles == ["policy: config (model from preset llama3-8b); value: config (model from preset llama3-8b)"]
+    cli(capsys, "plan", "--preset", "llama3-8b", "--plot", str(tmp_path / "one.png"))
+    assert titles[1] == "preset llama3-8b"
 
 
 def test_plan_of_a_config_whose_models_are_not_built_is_an_input_error(tmp_path: Path,

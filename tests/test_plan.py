@@ -303,7 +303,7 @@ def test_plot_without_matplotlib_is_a_clear_error(capsys: pytest.CaptureFixture[
         assert code == 0 and (tmp_path / "p.png").stat().st_size > 0
     else:
         code, _, err = run(capsys, "--preset", "llama3-70b", "--plot", str(tmp_path / "p.png"))
-        assert code == 2 and "needs matplotlib" in err
+        assert (code, err) == (2, "error: --plot: needs matplotlib: pip install matplotlib\n")
 
 
 def test_probe_profile_drives_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -542,3 +542,45 @@ def test_the_checker_is_told_a_full_recompute_jobs_method_and_layers() -> None:
             settings["model.recompute_num_layers"]) == ("full", "block", 3)
     selective = job_settings(replace(t, recompute="selective"))
     assert selective["model.recompute_granularity"] == "selective" and "model.recompute_method" not in selective
+
+
+def test_host_memory_is_unknown_where_the_system_does_not_say() -> None:
+    import os
+
+    from checks.plan import probe
+
+    assert probe._host_memory_bytes() > 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "sysconf", lambda name: (_ for _ in ()).throw(ValueError(name)))
+        assert probe._host_memory_bytes() == 0  # 0 is "not measured" to the profile, not a tiny host
+
+
+@pytest.mark.parametrize(("stated", "dp", "size"), [(None, 8, 40_000_000), (None, 64, 64_000_000),
+                                                    (12_345_678, 8, 12_345_678)])
+def test_the_gradient_bucket_is_ddps_default_unless_stated(stated: int | None, dp: int, size: int) -> None:
+    """With overlap_grad_reduce, DDP buckets max(40M, 1M x dp) elements, or the stated bucket_size."""
+    from checks.context import Context
+    from checks.loaders import Request, load
+    from checks.plan.setup import _bucket_size
+
+    sets = ("ddp.overlap_grad_reduce=true",) + ((f"ddp.bucket_size={stated}",) if stated else ())
+    (cfg,) = load(Request(overrides=sets, flavor="bridge", version="0.19.2"))
+    assert _bucket_size(Context(cfg), dp) == size
+    (plain,) = load(Request(overrides=("ddp.overlap_grad_reduce=false",), flavor="bridge", version="0.19.2"))
+    assert _bucket_size(Context(plain), dp) is None  # one bucket
+
+
+def test_a_gpu_adamw_step_moves_these_bytes_per_element() -> None:
+    """fp32 parameters are their own main copy (no separate master): 2 x (4 + 4) read and written for the moments,
+    the fp32 gradient read, the parameter written; bf16 parameters add the fp32 master, read and written."""
+    from checks.plan.throughput import _optimizer_bytes_per_element
+
+    assert _optimizer_bytes_per_element(Training(SHAPE, Parallelism(), param_bytes=4)) == 2 * 8 + 4 + 4
+    assert _optimizer_bytes_per_element(Training(SHAPE, Parallelism(), param_bytes=2)) == 2 * 12 + 4 + 2
+
+
+def test_a_parallel_size_of_zero_is_refused_where_it_is_set(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--preset", "llama3-8b", "--set", "model.tensor_model_parallel_size=0")
+    assert (code, out) == (2, "") and err == (
+        "error: --set #1: tensor_model_parallel_size=0: a parallel size is at least 1; megatron-core cannot build "
+        "this layout, so there is nothing to plan\n")
