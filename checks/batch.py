@@ -131,9 +131,8 @@ def check_all(files: Sequence[str], check_one: Callable[[str], Report], skipped:
             continue
         kept = []
         for finding in report.findings:
-            origin = finding.origin
-            file = os.path.normpath(origin.file) if origin is not None and origin.file is not None else None
-            key = (finding.rule, finding.target, finding.message, file, origin.line if origin else None)
+            file = os.path.normpath(finding.file) if finding.file is not None else None
+            key = (finding.rule, finding.target, finding.message, file, finding.line)
             elsewhere = file is not None and file != os.path.normpath(path)
             if elsewhere and key in seen:
                 continue

@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from checks.config import Environment
 from checks.errors import InputError
@@ -16,6 +16,7 @@ from checks.parser import build_parser, split_command
 if TYPE_CHECKING:
     from checks.engine import Finding
     from checks.loaders.common import Request
+    from checks.report import Report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,9 +120,7 @@ def environment(args: argparse.Namespace) -> tuple[str, Environment]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from checks.engine import run
-    from checks.loaders import load
-    from checks.report import RENDERERS, Report
+    from checks.report import RENDERERS
 
     if args.all_fixes and not args.emit_overrides:
         raise InputError("--all-fixes", "goes with --emit-overrides (it says which fixes that prints); the findings "
@@ -137,22 +136,31 @@ def _check(args: argparse.Namespace) -> int:
             raise InputError(layered[0], "--merge layers config files; this is a directory")
     elif is_batch(args.files) or args.configs_only:
         return _check_many(args)
-    found = request(args)
-    configs = load(found)
-    findings = _selected(run(configs), found.files[0] if found.files else None, args)
-    report = Report(tuple(findings), configs[0].flavor, found.version, found.files, found.environment,
-                    strict=args.strict)
+    configs, report = _report(args)
     if args.emit_overrides:
-        print(_overrides(configs, findings, all_fixes=args.all_fixes))
+        print(_overrides(configs, report.findings, all_fixes=args.all_fixes))
     elif args.format in ("sarif", "github"):
-        from checks.report import Checked, Run
+        from checks.report import Checked, Run, input_name
         from checks.sarif import RENDERERS as RUN_RENDERERS
 
-        print(RUN_RENDERERS[args.format](Run((Checked(found.files[0] if found.files else "<command line>",
-                                                      report),), strict=args.strict)))
+        print(RUN_RENDERERS[args.format](Run((Checked(input_name(report), report),), strict=args.strict)))
     else:
         print(RENDERERS[args.format](report))
     return report.exit_code
+
+
+def _report(args: argparse.Namespace, files: Sequence[str] | None = None) -> tuple[list[Any], Report]:
+    """One config checked: the command line's inputs (``files`` instead of its files), its canonical configs, and
+    the report of the findings the rule selection keeps."""
+    from checks.engine import run
+    from checks.loaders import load
+    from checks.report import Report
+
+    found = request(args, files)
+    configs = load(found)
+    findings = _selected(run(configs), found.files[0] if found.files else None, args)
+    return configs, Report(tuple(findings), configs[0].flavor, found.version, found.files, found.environment,
+                           strict=args.strict)
 
 
 def _selected(findings: Sequence[Finding], path: str | None, args: argparse.Namespace) -> list[Finding]:
@@ -162,15 +170,13 @@ def _selected(findings: Sequence[Finding], path: str | None, args: argparse.Name
 
     selection = for_path(path, args.select, args.ignore)
     return [f for f in findings
-            if selection.allows(f.rule, f.origin.file if f.origin is not None and f.origin.file else path)]
+            if selection.allows(f.rule, f.file or path)]
 
 
 def _check_many(args: argparse.Namespace) -> int:
     """Each config the paths name, checked on its own in this process; one summary, one exit code."""
     from checks.batch import check_all, expand
-    from checks.engine import run
-    from checks.loaders import load
-    from checks.report import Report, render_run_json, render_run_text
+    from checks.report import render_run_json, render_run_text
     from checks.sarif import RENDERERS as RUN_RENDERERS
 
     given = [name for name, on in (("--set", args.overrides), ("--argv", args.argv is not None),
@@ -181,13 +187,7 @@ def _check_many(args: argparse.Namespace) -> int:
                                    "the files into one with --merge")
     files, skipped = expand(args.files, configs_only=args.configs_only)
 
-    def check_one(path: str) -> Report:
-        found = request(args, (path,))
-        configs = load(found)
-        return Report(tuple(_selected(run(configs), path, args)), configs[0].flavor, found.version, found.files,
-                      found.environment, strict=args.strict)
-
-    result = check_all(files, check_one, skipped, strict=args.strict)
+    result = check_all(files, lambda path: _report(args, (path,))[1], skipped, strict=args.strict)
     if args.format == "text":
         print(render_run_text(result, verbose=args.verbose))
     else:

@@ -42,6 +42,15 @@ class Finding:
     unsafe_paths: tuple[str, ...] = ()  # canonical paths the patch sets beyond offload knobs (checks.fixes)
 
     @property
+    def file(self) -> str | None:
+        """The file the finding is located in, when it is located in one."""
+        return self.origin.file if self.origin is not None else None
+
+    @property
+    def line(self) -> int | None:
+        return self.origin.line if self.origin is not None else None
+
+    @property
     def safe(self) -> bool:
         """Whether the patch changes only offload settings (checks/fixes.py), not the job's layout or math."""
         return not self.unsafe_paths
@@ -74,9 +83,7 @@ def run(configs: Sequence[CanonicalConfig], rules: Iterable[Rule] = ALL_RULES) -
         errors = {(rule.id, hit.path) for rule, hit in found if (hit.severity or rule.severity) == "error"}
         for rule, hit in found:
             finding = _finding(rule, hit, ctx)
-            origin = finding.origin
-            silencing = next((s for s in cfg.suppressions if s.silences(
-                rule.id, origin.file if origin else None, origin.line if origin else None)), None)
+            silencing = next((s for s in cfg.suppressions if s.silences(rule.id, finding.file, finding.line)), None)
             if silencing is not None:  # the user's inline suppression, with its reason
                 ctx.used_suppressions.add(silencing)
                 continue

@@ -160,7 +160,7 @@ def _summary(outcome: Report | Run) -> dict[str, int]:
     return {**{s: outcome.count(s) for s in ("error", "warning", "info")}, "unknown": outcome.unknown}
 
 
-def _input_name(report: Report) -> str:
+def input_name(report: Report) -> str:
     """The config a report is of: its file, its files as layered (--merge), or the command-line input."""
     return " + ".join(report.inputs) if report.inputs else "<command line>"
 
@@ -178,7 +178,7 @@ def render_json(report: Report) -> str:
         "status": report.status,
         "mcore_version": report.mcore_version,
         "flavor": report.flavor,
-        "files": [file_json(_input_name(report), report)],
+        "files": [file_json(input_name(report), report)],
         "findings": [finding_json(f) for f in report.findings],
         "summary": _summary(report),
         "assumptions": assumptions(report),
@@ -303,4 +303,3 @@ def render_lint_json(report: LintReport) -> str:
 
 
 LINT_RENDERERS: dict[str, Callable[[LintReport], str]] = {"text": render_lint_text, "json": render_lint_json}
-

@@ -92,8 +92,7 @@ def render_sarif(result: Run) -> str:
     rule_ids = list(dict.fromkeys(f.rule for _, f in findings))
     results = []
     for path, f in findings:
-        located = f.origin is not None and f.origin.file is not None
-        location: dict[str, Any] = {"artifactLocation": {"uri": _uri(f.origin.file if located else path)}}
+        location: dict[str, Any] = {"artifactLocation": {"uri": _uri(f.file or path)}}
         if (region := _region(f)) is not None:
             location["region"] = region
         entry: dict[str, Any] = {
@@ -130,11 +129,9 @@ def render_github(result: Run) -> str:
     command = {"error": "error", "warning": "warning", "info": "notice"}
     lines = []
     for path, f in result.findings:
-        origin = f.origin
-        file = origin.file if origin is not None and origin.file else path
-        where = f"file={_escape(file, True)}"
-        if origin is not None and origin.line is not None:
-            where += f",line={origin.line}"
+        where = f"file={_escape(f.file or path, True)}"
+        if f.line is not None:
+            where += f",line={f.line}"
         title = _escape(f"{f.rule} {f.severity}", True)
         lines.append(f"::{command[f.severity]} {where},title={title}::{_escape(f.message + '. Fix: ' + f.fix)}")
     lines += [f"::error file={_escape(c.path, True)},title=unreadable::{_escape(c.error)}"
