@@ -19,25 +19,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import ENV, ROOT, run_header, spread, write_runs
-
-PINNED = "7ea279ab"  # NeMo-RL main as checks/data pins it (tests/test_nemo_rl_models.py reads the same tree)
-
-
-def _examples(git_dir: str, into: Path) -> Path:
-    archive = into / "examples.tar"
-    with archive.open("wb") as out:
-        subprocess.run(["git", "-C", git_dir, "archive", PINNED, "examples"], check=True, stdout=out)
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return into / "examples" / "configs"
+from benchmarks.common import ENV, NEMO_RL_PINNED, ROOT, nemo_rl_examples, run_header, spread, write_runs
 
 
 def _own(findings: list[dict], path: str) -> list[tuple[str, str]]:
@@ -63,7 +51,7 @@ def main() -> int:
         parser.error("give --nemo-rl-git DIR (or set NEMO_RL_GIT): a git directory of NVIDIA-NeMo/RL")
     header = run_header()
     with tempfile.TemporaryDirectory() as tmp:
-        configs = _examples(args.nemo_rl_git, Path(tmp))
+        configs = nemo_rl_examples(args.nemo_rl_git, Path(tmp))
         tree = [sys.executable, "-m", "checks", "check", str(configs), "--format", "json"]
         _timed(tree, ROOT)  # warm-up: page cache, bytecode caches
         tree_s: list[float] = []
@@ -94,7 +82,7 @@ def main() -> int:
            "speedup": round(statistics.median(ratios), 2), "speedup_spread": spread(ratios, 2),
            "findings_differ_from_one_process": mismatched,
            "goals": {"tree_under_3_s": statistics.median(tree_s) < 3.0, "speedup_at_least_10x": min(ratios) >= 10}}
-    setup = {"benchmark": "bench_tree", "nemo_rl": PINNED, "tree": "examples/configs"}
+    setup = {"benchmark": "bench_tree", "nemo_rl": NEMO_RL_PINNED, "tree": "examples/configs"}
     write_runs(Path(args.out), setup, run, ["speedup", "tree_s.median"], fresh=args.fresh)
     median = statistics.median(tree_s)
     print(f"{len(files)} configs ({len(document['skipped'])} files skipped): one process {median:.2f} s "

@@ -175,3 +175,20 @@ def cold_starts(ours: list[str], peer: list[str], runs: int, labels: tuple[str, 
         peer_s.append(timed(peer))
         print(f"run {i + 1}/{runs}: {labels[0]} {ours_s[-1]:.3f} s, {labels[1]} {peer_s[-1]:.3f} s", file=sys.stderr)
     return ours_s, peer_s
+
+
+NEMO_RL_PINNED = "7ea279ab"  # NeMo-RL main as checks/data pins it
+
+
+def nemo_rl_examples(git_dir: str, into: Path, commit: str = NEMO_RL_PINNED) -> Path:
+    """NeMo-RL's ``examples/`` at ``commit``, extracted from a git directory of NVIDIA-NeMo/RL (a bare mirror will
+    do) into ``into``; returns its ``examples/configs``. All of ``examples/``: recipes inherit from
+    ``examples/nemo_gym`` and ``examples/modelopt`` through ``defaults:``."""
+    import tarfile
+
+    archive = into / "examples.tar"
+    with archive.open("wb") as out:
+        subprocess.run(["git", "-C", git_dir, "archive", commit, "examples"], check=True, stdout=out)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into / "examples" / "configs"

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import tarfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from benchmarks.common import nemo_rl_examples
 from checks.cli import main
 from checks.config import CanonicalConfig, Environment
 from checks.engine import Finding, run
@@ -500,14 +499,7 @@ EXPECTED_MODELS = {"policy": 286, "teacher": 13, "teacher:": 3, "value": 10, "ge
 def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not NEMO_RL_GIT:
         pytest.skip("set NEMO_RL_GIT to an NVIDIA-NeMo/RL git directory (a bare mirror will do)")
-    root = tmp_path_factory.mktemp("nemo-rl")
-    archive = root / "examples.tar"
-    # all of examples/: recipes inherit from examples/nemo_gym and examples/modelopt through `defaults:`
-    with archive.open("wb") as out:
-        subprocess.run(["git", "-C", NEMO_RL_GIT, "archive", PINNED, "examples"], check=True, stdout=out)
-    with tarfile.open(archive) as tar:
-        tar.extractall(root, filter="data")
-    return root / "examples" / "configs"
+    return nemo_rl_examples(NEMO_RL_GIT, tmp_path_factory.mktemp("nemo-rl"), PINNED)
 
 
 def _has_megatron_cfg(node: object) -> bool:
