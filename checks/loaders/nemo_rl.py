@@ -38,7 +38,7 @@ from checks.loaders import interpolation
 from checks.loaders import tree as trees
 from checks.loaders.common import Request, apply_overrides, hydra_lines, with_environment
 from checks.versions import Profile, nemo_rl_applied, nemo_rl_keys, nemo_rl_typed_keys, profile, version_key
-from checks.yamlio import load_yaml
+from checks.yamlio import YamlDoc, load_yaml
 
 RL = "NVIDIA-NeMo/RL@7ea279ab:"
 SETUP = f"{RL}nemo_rl/models/megatron/setup.py"
@@ -167,7 +167,7 @@ def _load_with_defaults(path: str, chain: tuple[str, ...], loaded: dict[str, tre
     if len(loaded) >= MAX_DEFAULTS_FILES:
         raise InputError(path, f"`defaults:` inheritance from more than {MAX_DEFAULTS_FILES} files is refused")
     doc = load_yaml(path)
-    tree = trees.from_doc(doc)
+    tree = _tree_of(doc)
     parents = tree.pop("defaults", None)
     if parents is None:
         loaded[resolved] = tree
@@ -189,6 +189,20 @@ def _load_with_defaults(path: str, chain: tuple[str, ...], loaded: dict[str, tre
         base = _merge_with_override(base, _load_with_defaults(parent, chain + (resolved,), loaded))
     loaded[resolved] = merged = _merge_with_override(base, tree)
     return merged
+
+
+# Each parsed file's tree, as load_yaml keeps each parsed file: every config in a run rebuilt its `defaults:` bases.
+_TREES: dict[int, tuple[YamlDoc, trees.Tree]] = {}
+MAX_TREES = 4096
+
+
+def _tree_of(doc: YamlDoc) -> trees.Tree:
+    hit = _TREES.get(id(doc))
+    if hit is None or hit[0] is not doc:
+        if len(_TREES) >= MAX_TREES:
+            _TREES.clear()
+        hit = _TREES[id(doc)] = (doc, trees.from_doc(doc))
+    return dict(hit[1])  # a copy of the top level, which the caller changes; no subtree is changed in place
 
 
 def _merge_with_override(base: trees.Tree, top: trees.Tree) -> trees.Tree:
