@@ -463,10 +463,13 @@ def test_plot_draws_one_curve_per_planned_model(tmp_path: Path, capsys: pytest.C
         def tight_layout(self) -> None: ...
 
         def savefig(self, path: str) -> None:
+            if path.endswith(".xyz"):
+                raise ValueError("Format 'xyz' is not supported")
             Path(path).write_text("png")
 
     pyplot = types.SimpleNamespace(subplots=lambda **kwargs: (Figure(), Axis()), close=lambda figure: None)
-    fake = types.SimpleNamespace(use=lambda backend: None, pyplot=pyplot)
+    backends: list[str] = []
+    fake = types.SimpleNamespace(use=backends.append, pyplot=pyplot)
     monkeypatch.setitem(sys.modules, "matplotlib", fake)
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", pyplot)
     code, _, err = cli(capsys, "plan", write(tmp_path, PPO), "--plot", str(tmp_path / "p.png"))
@@ -477,6 +480,9 @@ def test_plot_draws_one_curve_per_planned_model(tmp_path: Path, capsys: pytest.C
     assert titles == ["policy: config (model from preset llama3-8b); value: config (model from preset llama3-8b)"]
     cli(capsys, "plan", "--preset", "llama3-8b", "--plot", str(tmp_path / "one.png"))
     assert titles[1] == "preset llama3-8b"
+    assert backends == ["Agg", "Agg"]  # no display: the file backend
+    code, _, err = cli(capsys, "plan", "--preset", "llama3-8b", "--plot", str(tmp_path / "p.xyz"))
+    assert code == 2 and err == f"error: {tmp_path / 'p.xyz'}: cannot write the plot: Format 'xyz' is not supported\n"
 
 
 def test_plan_of_a_config_whose_models_are_not_built_is_an_input_error(tmp_path: Path,

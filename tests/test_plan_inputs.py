@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from checks.cli import main
 from checks.plan.presets import PRESETS
@@ -574,3 +575,80 @@ def test_the_layout_a_preset_supplies_is_what_the_overrides_leave_unsaid(capsys:
     _, document = plan(capsys, "--preset", "llama3-8b", "--gpus", "8", "--set", "model.tensor_model_parallel_size=2")
     (note,) = [a for a in document["assumptions"] if a.endswith("from preset llama3-8b (the config does not set them)")]
     assert note.startswith("pipeline_model_parallel_size, expert_model_parallel_size, expert_tensor_parallel_size ")
+
+
+# --- from the seed-18 mutation run: each test kills a change no planner test noticed -------------------------
+
+_DENSE = {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8, "num_query_groups": 8, "ffn_hidden_size": 1002,
+          "vocab_size": 32000, "kv_channels": 32, "gated_linear_unit": True, "add_bias_linear": False,
+          "add_qkv_bias": False, "normalization": "RMSNorm", "qk_layernorm": False,
+          "transformer_impl": "transformer_engine", "share_embeddings_and_output_weights": False,
+          "position_embedding_type": "rope"}
+
+
+def _model_yaml(tmp_path: Path, **model: Any) -> str:
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump({"model": model}, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+def test_a_dense_ffn_that_tp_does_not_divide_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _model_yaml(tmp_path, **_DENSE, tensor_model_parallel_size=4)
+    assert refused(capsys, path, "--assume-defaults", "--gpus", "4") == (
+        f"error: {path}:17: tensor_model_parallel_size=4 does not divide ffn_hidden_size 1002: the MLP's "
+        "column-parallel linear asserts it "
+        "(NVIDIA/Megatron-LM@d98e8a64:megatron/core/tensor_parallel/layers.py:1038)\n")
+
+
+def test_a_config_missing_one_dimension_names_it_alone(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    model = {k: v for k, v in _DENSE.items() if k != "position_embedding_type"}
+    path = _model_yaml(tmp_path, **{**model, "ffn_hidden_size": 14336})
+    assert refused(capsys, path, "--preset", "llama3-8b", "--assume-defaults") == (
+        f"error: {path}:2: num_layers=2, but the model comes from preset llama3-8b (32) because the config does not "
+        "give all its dimensions (it lacks position_embedding_type): give them all, or drop num_layers\n")
+
+
+def test_a_preset_refuses_another_vocabulary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert refused(capsys, "--preset", "llama3-8b", "--set", "model.vocab_size=1000").startswith(
+        "error: --set #1: vocab_size=1000, but the model comes from preset llama3-8b (128256)")
+
+
+@pytest.mark.parametrize("hf_id", ["zai-org/GLM-4.5-Air", "Qwen/Qwen2.5-1.5B"])
+def test_a_catalogue_preset_is_its_row_at_the_planners_defaults(hf_id: str) -> None:
+    """Sequence 4096, micro-batch 1, TP1; the catalogue row as its source; an MoE model routed as its row says
+    (before, every catalogue MoE model was planned at top-2)."""
+    from checks.models import lookup
+    from checks.plan.presets import Preset, catalogue_preset
+
+    arch, preset = lookup(hf_id), catalogue_preset(hf_id)
+    assert arch is not None and isinstance(preset, Preset)
+    assert (preset.seq_length, preset.micro_batch_size, preset.parallelism.tensor) == (4096, 1, 1)
+    assert preset.sources == (f"model catalogue: {arch.source}",) and preset.hf_ids == (hf_id,)
+    if arch.num_moe_experts:
+        assert preset.shape.moe is not None and preset.shape.moe.expert_layout == "grouped"
+        assert preset.moe_top_k == arch.moe_router_topk == 8
+    else:
+        assert preset.shape.moe is None and preset.moe_top_k == 0
+
+
+def test_every_preset_hf_id_holds_a_slash() -> None:
+    """Why presets() looks names up by Hugging Face id only when they hold a '/': every id does."""
+    assert all("/" in hf_id for preset in PRESETS.values() for hf_id in preset.hf_ids)
+
+
+def test_an_unknown_probe_base_names_the_flag(tmp_path: Path) -> None:
+    from checks.errors import InputError
+    from checks.plan.probe import probe
+
+    with pytest.raises(InputError) as err:
+        probe("no-such-gpu", str(tmp_path / "p.json"), 16)
+    assert err.value.where == "--base" and err.value.problem.startswith("unknown hardware 'no-such-gpu'; known: ")
+
+
+def test_attention_score_flops_are_six_seq_q_per_token_per_layer() -> None:
+    from checks.plan.throughput import attention_score_flops
+
+    t = from_preset(PRESETS["llama3-8b"]).training
+    tokens = t.seq_length * t.micro_batch_size * t.num_microbatches * t.data_parallel
+    q = t.shape.num_attention_heads * t.shape.kv_channels
+    assert attention_score_flops(t) == tokens * 6 * t.shape.num_layers * t.seq_length * q

@@ -239,6 +239,35 @@ CASES: tuple[Case, ...] = (
     Case("ACT004", Example(_yaml({"model": {"num_layers": 8, "cpu_offloading": True, "cpu_offloading_num_layers": 2,
                                             "cuda_graph_impl": "transformer_engine"}}), version="0.19.2"), True,
          "TE graphs from 0.18", says=("or use cuda_graph_impl=full_iteration, the only graph mode allowed with it",)),
+    # From the seed-18 mutation run (each a survivor there): where a finding falls back to the switch's line, and
+    # the messages of branches no example reached
+    Case("FGA019", Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn "
+                           "--enable-cuda-graph", "megatron-lm", version="0.18.2", te="2.9"), True,
+         "local graphs from --enable-cuda-graph: cuda_graph_impl is not written, so the finding is at the switch",
+         says=("cuda_graph_impl=local and these modules",)),
+    Case("FGA018", Example(_fine_grained(cuda_graph_impl="local", cuda_graph_modules=["attn"]), version="0.17.1"),
+         True, "Bridge before 0.18: no graph implementation works with fine-grained offloading",
+         says=("megatron-core 0.17.1 supports none with fine-grained offloading (0.18 adds Transformer Engine "
+               "graphs)",), patch=True),
+    Case("CFG008", Example("MODEL_ARGS:\n  --num-layers: 4\n  --my-own-flag: 1\n  --my-own-flag: 2\n",
+                           "megatron-lm"), True, "a flag the parser does not know is the command line's",
+         says=("--my-own-flag is given twice (lines 3 and 4)",)),
+    Case("CFG004", Example("--bf16 false --num-layers 4", "megatron-lm"), True, "a word after a switch",
+         fix="Remove the word: a switch takes no value (write the flag alone for true, leave it out for false); in "
+             "a functional-test YAML write `--flag: true`, not false or null"),
+    Case("ACT004", Example(_yaml({"model": {"cpu_offloading": True, "cpu_offloading_num_layers": 1, "num_layers": 4,
+                                            "enable_cuda_graph": True}}), version="0.14.0"), True,
+         "0.14 checks enable_cuda_graph itself: the finding quotes it and does not call it unchecked",
+         says=("cannot capture the offload copies",), upstream=True),
+    Case("OPT003", Example(_yaml({"policy": {"megatron_cfg": {"enabled": True, "optimizer": {
+        "optimizer": "adam", "optimizer_cpu_offload": False, "overlap_cpu_optimizer_d2h_h2d": True}}}}), "nemo-rl"),
+         True, "NeMo-RL main refuses the overlap without the switch",
+         says=("NeMo-RL refuses it",), upstream=True),
+    Case("TEX001", Example(_yaml({"model": {"cpu_offloading": False, "cpu_offloading_activations": False,
+                                            "cpu_offloading_weights": False}})), True,
+         "TE unknown: the model may fail to build though offloading is off",
+         says=("pass --te-version to know which",),
+         fix="Set cpu_offloading_activations=true (weight offloading is deprecated in TE >= 2.3)", patch=True),
 )
 
 

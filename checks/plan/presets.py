@@ -142,5 +142,7 @@ def catalogue_preset(hf_id: str) -> Preset | str:
                          gated=arch.gated_linear_unit is not False, moe=moe),
                     tied_embeddings=bool(arch.share_embeddings_and_output_weights),
                     layernorm_bias=arch.normalization == "LayerNorm")
+    # The catalogue's router top-k (num_experts_per_tok); without it an MoE model was planned at top-2.
     return Preset(hf_id, f"{hf_id} from the model catalogue", shape, Parallelism(tensor=1), 4096, 1,
-                  (f"model catalogue: {arch.source}",), (hf_id,))
+                  (f"model catalogue: {arch.source}",), (hf_id,),
+                  moe_top_k=int(arch.moe_router_topk or 0) if moe else 0)
