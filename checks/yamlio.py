@@ -149,7 +149,7 @@ def load_yaml(path: str, text: str | None = None, *, duplicates: str = "refuse")
 class _Parsed:
     """Every file parsed in this process, by path and text: one `check` reads a file several times (to tell what
     it is, to load it, and NeMo-RL's `defaults:` bases once for each config that inherits them: 1,369 parses for
-    NeMo-RL's 293 example configs, 405 distinct). Shared safely because its readers never change a YamlDoc
+    NeMo-RL's 293 example configs, 330 distinct). Shared safely because its readers never change a YamlDoc
     (trees.from_doc copies the mappings it builds on)."""
 
     MAX_CHARS = 64 * 1024 * 1024  # held before it starts over: 16 files of the largest size read
