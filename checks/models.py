@@ -109,6 +109,11 @@ def missing_ids() -> dict[str, str]:
 
 def closest(hf_id: str, n: int = 3) -> list[str]:
     """Known ids that look like ``hf_id``, for an error message (``difflib`` ratio, case-insensitive)."""
+    return list(_closest(hf_id.lower(), n))
+
+
+@lru_cache(maxsize=1024)  # a tree of configs names the same few checkpoints; each search compares every id
+def _closest(lowered: str, n: int) -> tuple[str, ...]:
     ids = known_ids() + sorted(_data()["aliases"])
     by_lower = {i.lower(): i for i in ids}
-    return [by_lower[m] for m in difflib.get_close_matches(hf_id.lower(), list(by_lower), n=n, cutoff=0.6)]
+    return tuple(by_lower[m] for m in difflib.get_close_matches(lowered, list(by_lower), n=n, cutoff=0.6))
