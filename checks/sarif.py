@@ -3,12 +3,14 @@
 SARIF (OASIS, https://docs.oasis-open.org/sarif/sarif/v2.1.0/sarif-v2.1.0.html; the schema the tests validate
 against is ``tests/data/sarif-schema-2.1.0.json``): one run, the rules that fired with their documentation and
 upstream anchors, each finding a result with its file, line and column (the key's column on its line), and a
-fix where the finding's patch changes the value of the very line it points at. Like the other renderers these
+fix where every change the finding's patch makes can be placed on the line it points at (a YAML value, a
+Megatron-LM flag in a shell script). Like the other renderers these
 decide nothing; they read a finding's line only to place the region and the replacement on it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from functools import cache
@@ -57,23 +59,107 @@ def _region(f: Finding) -> dict[str, Any] | None:
 
 
 def _fix(f: Finding) -> dict[str, Any] | None:
-    """A replacement of the value on the finding's own line, when its patch sets exactly that key."""
+    """The patch as replacements on the finding's own line, where every change it makes can be placed there."""
     origin = f.origin
-    if not f.patch or len(f.patch) != 1 or origin is None or origin.file is None or origin.line is None:
+    if not f.patch or origin is None or origin.file is None or origin.line is None:
         return None
-    (key, value), = f.patch.items()
-    match = _YAML_LINE.match(_line(origin.file, origin.line))
-    if match is None or match["value"] is None or match["key"] != key.rsplit(".", 1)[-1]:
+    line = _line(origin.file, origin.line)
+    if all(key.startswith("-") for key in f.patch):
+        edits = _flag_edits(f.patch, line, _token_start(line, _region(f)))
+    else:
+        edits = _yaml_edits(f.patch, line)
+    if not edits:
         return None
-    text = "null" if value is None else ("true" if value else "false") if isinstance(value, bool) else \
-        str(value) if isinstance(value, (int, float)) else f"[{', '.join(map(str, value))}]" \
-        if isinstance(value, list) else str(value)
-    start = match.start("value") + 1
     return {"description": {"text": f.fix},
             "artifactChanges": [{"artifactLocation": {"uri": _uri(origin.file)},
-                                 "replacements": [{"deletedRegion": {"startLine": origin.line, "startColumn": start,
-                                                                     "endColumn": start + len(match["value"])},
-                                                   "insertedContent": {"text": text}}]}]}
+                                 "replacements": [{"deletedRegion": {"startLine": origin.line, "startColumn": start + 1,
+                                                                     "endColumn": end + 1},
+                                                   "insertedContent": {"text": text}}
+                                                  for start, end, text in edits]}]}
+
+
+Edit = tuple[int, int, str]  # replace line[start:end] (0-based columns) with the text
+
+
+def _scalar(value: Any) -> str:
+    return "null" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _yaml_edits(patch: dict[str, Any], line: str) -> list[Edit] | None:
+    """A YAML ``key: value`` line whose key is the patch's only one: its value replaced."""
+    if len(patch) != 1:
+        return None
+    (key, value), = patch.items()
+    match = _YAML_LINE.match(line)
+    if match is None or match["value"] is None or match["key"] != key.rsplit(".", 1)[-1]:
+        return None
+    text = f"[{', '.join(map(str, value))}]" if isinstance(value, list) else _scalar(value)
+    return [(match.start("value"), match.end("value"), text)]
+
+
+# A word of a shell line that is a flag's value as written: no quotes, expansions or operators, which would make
+# where it ends a question for the shell, not for this renderer.
+_WORD = re.compile(r"\S+")
+_ENDS = ("\\", ")")  # a line continuation, the end of a bash array
+_VALUE_WORD = re.compile(r"(?:-?[0-9][\w.+-]*|[\w.+/:=@%][\w.+/:=@%-]*)")
+
+
+def _token_start(line: str, region: dict[str, Any] | None) -> int | None:
+    """Where the word holding the finding's key starts on its line (the place to insert a flag before it)."""
+    if region is None or "startColumn" not in region:
+        return None
+    start = region["startColumn"] - 1
+    while start > 0 and not line[start - 1].isspace():
+        start -= 1
+    return start
+
+
+def _flag_edits(patch: dict[str, Any], line: str, anchor: int | None) -> list[Edit] | None:
+    """Megatron-LM flags on a shell line, changed as ``override_lines`` writes them (checks/loaders/megatron_lm.py):
+    None or [] removes the flag with its values, True adds the switch, anything else sets the values. A flag
+    the line lacks is added before the finding's own word; a flag written twice, or values the renderer cannot
+    delimit, give no fix."""
+    words = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(line)]
+    if (comment := next((i for i, w in enumerate(words) if w[2].startswith("#")), None)) is not None:
+        words = words[:comment]
+    edits: list[Edit] = []
+    added: list[str] = []
+    for flag, value in patch.items():
+        at = [i for i, w in enumerate(words) if w[2] == flag]
+        if len(at) > 1:
+            return None
+        values = [str(v) for v in value] if isinstance(value, list) else [] if value is True or value is None \
+            else [_scalar(value)]
+        if not at:
+            if value is None or value == []:
+                return None  # nothing here to remove
+            added.append(" ".join([flag, *values]))
+            continue
+        i = at[0]
+        last = i
+        while last + 1 < len(words) and not words[last + 1][2].startswith("--") and \
+                _VALUE_WORD.fullmatch(words[last + 1][2]):
+            last += 1
+        if last + 1 < len(words) and not words[last + 1][2].startswith("--") and words[last + 1][2] not in _ENDS:
+            return None  # a word that is neither a value as written nor the next flag
+        if value is None or value == []:
+            if last + 1 < len(words):
+                edits.append((words[i][0], words[last + 1][0], ""))
+            else:
+                edits.append((words[i - 1][1] if i else words[i][0], words[last][1], ""))
+        elif value is True:
+            if last != i:
+                return None  # a switch written with values: not what the patch expects
+        else:
+            edits.append((words[i][1], words[last][1], " " + " ".join(values)))
+    if added:
+        if anchor is None:
+            return None
+        edits.append((anchor, anchor, " ".join(added) + " "))
+    edits.sort()
+    if any(a[1] > b[0] for a, b in itertools.pairwise(edits)):
+        return None
+    return edits
 
 
 def _rule(rule_id: str) -> dict[str, Any]:

@@ -275,6 +275,83 @@ def test_sarif_of_a_directory_has_regions_rules_and_fixes(capsys: pytest.Capture
     assert run["invocations"][0]["executionSuccessful"] is True
 
 
+
+def _apply(change: dict, root: Path) -> None:
+    """A SARIF artifact change applied to its file, right to left on each line (columns are the original's)."""
+    path = Path(change["artifactLocation"]["uri"])
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for r in sorted(change["replacements"], key=lambda r: (r["deletedRegion"]["startLine"],
+                                                           r["deletedRegion"]["startColumn"]), reverse=True):
+        region, n = r["deletedRegion"], r["deletedRegion"]["startLine"] - 1
+        lines[n] = lines[n][:region["startColumn"] - 1] + r["insertedContent"]["text"] + \
+            lines[n][region["endColumn"] - 1:]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def test_every_sarif_fix_removes_its_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each fix of each bundled example, applied to a copy, makes its finding go (unless the finding says its patch
+    is partial), and the fixes cover the patches that a YAML value or a Megatron-LM flag can carry."""
+    fixed = 0
+    for path in BUNDLED:
+        relative = path.relative_to(EXAMPLES)
+        shutil.copytree(EXAMPLES, tmp_path / "before", dirs_exist_ok=True)
+        _, out, _ = check(capsys, str(tmp_path / "before" / relative), "--format", "sarif")
+        _, plain = check_json(capsys, str(tmp_path / "before" / relative))
+        partial = {(f["rule"], f["path"]) for f in plain["findings"] if f.get("partial")}
+        for result in _validate_sarif(out)["runs"][0]["results"]:
+            if not result.get("fixes"):
+                continue
+            work = tmp_path / f"fix{fixed}"
+            shutil.copytree(tmp_path / "before", work)
+            (change,) = result["fixes"][0]["artifactChanges"]
+            change = {**change, "artifactLocation": {"uri": change["artifactLocation"]["uri"].replace(
+                str(tmp_path / "before"), str(work))}}
+            _apply(change, work)
+            _, after = check_json(capsys, str(work / relative))
+            key = (result["ruleId"], result["properties"]["path"])
+            if key not in partial:
+                assert key not in {(f["rule"], f["path"]) for f in after["findings"]}, (relative, key)
+            fixed += 1
+    assert fixed >= 10
+
+
+
+@pytest.mark.parametrize(("line", "patch", "after"), [
+    ("    --recompute-activations \\", {"--recompute-activations": None}, "    \\"),
+    ("  --a 1 --cpu-offloading-num-layers 4 --b", {"--cpu-offloading-num-layers": None}, "  --a 1 --b"),
+    ("  --a 1 --cpu-offloading-num-layers 4", {"--cpu-offloading-num-layers": None}, "  --a 1"),
+    ("  --optimizer-offload-fraction 0.5  # half", {"--optimizer-offload-fraction": 1.0},
+     "  --optimizer-offload-fraction 1.0  # half"),
+    ("  --offload-modules a b --x", {"--offload-modules": ["core_attn", "attn_proj"]},
+     "  --offload-modules core_attn attn_proj --x"),
+    ("  --optimizer-cpu-offload", {"--use-precision-aware-optimizer": True, "--optimizer-offload-fraction": 1.0},
+     "  --use-precision-aware-optimizer --optimizer-offload-fraction 1.0 --optimizer-cpu-offload"),
+    ("  --lr -1e-4 --x", {"--lr": None}, "  --x"),
+])
+def test_flag_fixes_edit_the_line_as_override_lines_would(line: str, patch: dict, after: str) -> None:
+    from checks import sarif
+
+    anchor = sarif._token_start(line, {"startColumn": line.index("--") + 1})
+    edits = sarif._flag_edits(patch, line, anchor)
+    assert edits is not None
+    for start, end, text in sorted(edits, reverse=True):
+        line = line[:start] + text + line[end:]
+    assert line == after
+
+
+@pytest.mark.parametrize(("line", "patch"), [
+    ("  --x 1 --x 2", {"--x": None}),  # written twice: which one?
+    ("  --y", {"--x": None}),  # nothing to remove
+    ("  --x \"$V\" --y", {"--x": 3}),  # a quoted value: the shell decides where it ends
+    ("  --x 1 # --y", {"--y": None}),  # only in the comment
+    ("  --x $N --y", {"--x": None}),  # an expansion after the flag: its value, or another word?
+])
+def test_flag_fixes_give_up_where_the_line_is_ambiguous(line: str, patch: dict) -> None:
+    from checks import sarif
+
+    assert sarif._flag_edits(patch, line, 2) is None
+
+
 def test_github_annotations(capsys: pytest.CaptureFixture[str]) -> None:
     path = EXAMPLES / "bridge" / "run_config_broken.yaml"
     code, out, _ = check(capsys, str(path), "--format", "github")
