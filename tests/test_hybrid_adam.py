@@ -202,3 +202,29 @@ def test_memory_accounting_splits_the_bytes_by_side() -> None:
     # bf16 parameters: an fp32 master (4), moments (8), and on the host an fp32 gradient buffer (4).
     half = HybridAdamW(_params(torch.bfloat16), offload_fraction=1.0).memory_bytes()
     assert half == {"device": 0, "host": 16 * total}
+
+
+def test_pinning_defaults_to_the_device_and_follows_an_explicit_choice() -> None:
+    """Host copies are pinned exactly when the optimizer runs on CUDA, unless told otherwise (pinning itself is
+    asserted on a GPU: tests/test_offload_cuda.py::test_hybrid_adam_pins_its_host_copies)."""
+    assert HybridAdamW(_params(), offload_fraction=0.5).pin is False
+    assert HybridAdamW(_params(), offload_fraction=0.5, pin_memory=False).pin is False
+
+
+def test_host_gradients_are_fp32_whatever_the_default_dtype() -> None:
+    """A script that sets torch's default dtype before building the optimizer must not change its host gradient
+    buffers: they hold fp32 gradients for fp32 master copies, and the steps equal those under the usual default."""
+    expected, _ = _train(lambda ps: HybridAdamW(ps, lr=1e-2, offload_fraction=0.5), steps=2, dtype=torch.bfloat16)
+
+    def built_under_float64(ps: list[torch.nn.Parameter]) -> HybridAdamW:
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            return HybridAdamW(ps, lr=1e-2, offload_fraction=0.5)
+        finally:
+            torch.set_default_dtype(default)
+
+    got, optimizer = _train(built_under_float64, steps=2, dtype=torch.bfloat16)
+    assert {s.grad.dtype for s in optimizer.segments if s.grad is not None} == {torch.float32}
+    for a, b in zip(expected, got, strict=True):
+        assert torch.equal(a, b)

@@ -157,3 +157,10 @@ def test_a_block_covers_exactly_the_elements_its_views_reach() -> None:
     empty = base[40:].view(3, 8)[:, :0]  # shape (3, 0), offset 40: no element
     assert _extent([base[36:38], empty]) == (32, 40)
     assert _extent([torch.arange(32, dtype=torch.float64)[10:12]]) == (8, 12)  # 64 bytes = 8 doubles
+
+
+def test_the_host_pool_pins_only_for_a_cuda_engine() -> None:
+    """Pinned buffers exist to overlap copies with CUDA streams; on the CPU there is nothing to pin (the pinned
+    path runs in tests/test_offload_cuda.py)."""
+    engine = OffloadEngine(LayerPolicy(LayerOffloadConfig(True, 1), DENSE.num_layers), CPU)
+    assert engine.pool.pin is False
