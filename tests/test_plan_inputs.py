@@ -652,3 +652,87 @@ def test_attention_score_flops_are_six_seq_q_per_token_per_layer() -> None:
     tokens = t.seq_length * t.micro_batch_size * t.num_microbatches * t.data_parallel
     q = t.shape.num_attention_heads * t.shape.kv_channels
     assert attention_score_flops(t) == tokens * 6 * t.shape.num_layers * t.seq_length * q
+
+
+# --- seed 19's mutation survivors: presets, the checker's settings, preset refusals ---------------------------
+
+def test_an_unknown_preset_names_every_known_one(capsys: pytest.CaptureFixture[str]) -> None:
+    """The one line lists the presets comma-separated, as --preset takes them, and says a Hugging Face id works."""
+    assert refused(capsys, "--preset", "no-such-model") == (
+        f"error: --preset: unknown preset 'no-such-model'; known: {', '.join(PRESETS)}, or a Hugging Face id the "
+        "model catalogue holds\n")
+    assert ", ".join(PRESETS).startswith("llama3-8b, llama3-70b, qwen3-30b-a3b, ")
+
+
+def test_deepseek_v3s_first_three_layers_are_dense() -> None:
+    """DeepSeek-V3's first 3 layers have a dense MLP (first_k_dense_replace 3 in its config.json), the other 58
+    256 routed experts and a shared one: 671.0B parameters without the MTP module, as published (671B); with all
+    61 layers MoE it would be 703.8B. A preset without dense_first has MoE in every layer."""
+    from dataclasses import replace
+
+    from checks.model.parameters import chunk_tensors, stage_chunks
+    from checks.model.shape import Parallelism
+    from checks.plan.presets import _moe
+
+    moe = _moe(61, 256, 2048, shared=2048, dense_first=3)
+    assert moe.layers == (False,) * 3 + (True,) * 58
+    assert PRESETS["deepseek-v3"].shape.moe == moe
+    shape = replace(PRESETS["deepseek-v3"].shape, moe=moe)
+    assert [shape.layer_kind(layer) for layer in range(5)] == ["A", "A", "A", "AE", "AE"]
+    whole = Parallelism()
+    chunks = stage_chunks(shape.num_layers, whole)
+    assert chunks is not None
+    assert sum(x.numel for stage in chunks for chunk in stage for x in chunk_tensors(shape, whole, chunk)) \
+        == 671_026_404_352
+    assert _moe(48, 128, 768).layers == (True,) * 48 == PRESETS["qwen3-30b-a3b"].shape.moe.layers  # type: ignore[union-attr]
+
+
+def test_the_checker_is_told_the_jobs_expert_parallel_size_and_bf16() -> None:
+    """The settings each option is checked with hold the job's layout and precision under their megatron-core
+    names (a misspelt path is not a field, so it is dropped and the checker never sees it)."""
+    from dataclasses import replace
+
+    from checks.api import validate
+    from checks.plan.recommend import job_settings
+
+    t = from_preset(PRESETS["qwen3-30b-a3b"]).training
+    settings = job_settings(t)
+    assert {path: settings.get(path) for path in (
+        "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.context_parallel_size",
+        "model.expert_model_parallel_size", "model.expert_tensor_parallel_size", "model.num_moe_experts",
+        "model.moe_router_topk", "model.params_dtype", "model.bf16")} == {
+        "model.tensor_model_parallel_size": 1, "model.pipeline_model_parallel_size": 1,
+        "model.context_parallel_size": 1, "model.expert_model_parallel_size": 8,
+        "model.expert_tensor_parallel_size": 1, "model.num_moe_experts": 128, "model.moe_router_topk": 8,
+        "model.params_dtype": "bf16", "model.bf16": True}
+    validate(settings, version=t.version)  # every path is a field of the job's version (else ValueError)
+    fp32 = job_settings(replace(t, param_bytes=4))
+    assert fp32["model.params_dtype"] == "fp32" and "model.bf16" not in fp32
+
+
+def test_an_option_with_a_list_is_checked_under_a_hashable_key() -> None:
+    """Verdicts are cached by candidate, so a list (offload_modules) becomes a tuple in the key, and a list again
+    for the checker."""
+    from checks.plan.recommend import Checker, _frozen
+
+    option = {"model.offload_modules": ["core_attn", "attn_proj"], "model.fine_grained_activation_offloading": True}
+    key = _frozen(option)
+    assert key == (("model.fine_grained_activation_offloading", True),
+                   ("model.offload_modules", ("core_attn", "attn_proj")))
+    assert hash(key) == hash(_frozen(dict(reversed(option.items()))))
+    checker = Checker(from_preset(PRESETS["llama3-8b"]).training)
+    verdict = checker.verdict({"fine_grained_activation_offloading": True, "offload_modules": ["core_attn"]})
+    assert verdict.accepted and verdict.needs == ("NVTE_CPU_OFFLOAD_V1=1 in the job's environment (TEX005)",)
+
+
+@pytest.mark.parametrize(("name", "path"), [("llama3-8b", "model.num_moe_experts"),
+                                            ("llama3-8b", "model.moe_ffn_hidden_size"),
+                                            ("qwen3-30b-a3b", "model.moe_shared_expert_intermediate_size")])
+def test_a_zero_for_a_size_the_preset_lacks_is_the_presets_none(capsys: pytest.CaptureFixture[str], name: str,
+                                                                path: str) -> None:
+    """0 experts (or expert sizes) on a dense preset, or a 0 shared expert on one without, is megatron-core's
+    None: the same model, planned as the bare preset; another number is refused."""
+    code, bare = plan(capsys, "--preset", name)
+    again, zero = plan(capsys, "--preset", name, "--set", f"{path}=0")
+    assert (again, _numbers(zero)) == (code, _numbers(bare))
+    assert "but the model comes from preset" in refused(capsys, "--preset", name, "--set", f"{path}=8")

@@ -301,3 +301,31 @@ def test_attention_flops_count_the_weights_the_parameter_model_builds(q_lora_ran
         build = _mla if t.shape.mla is not None else _attention
         matrices = [x for x in build(t.shape, Parallelism(), "") if x.matrix]
         assert _attention_weights(t) == sum(x.numel for x in matrices), name
+
+
+def test_active_parameters_count_each_layers_matmuls_and_the_output_layer() -> None:
+    """Counted by hand for a 3-layer model whose first layer is dense and the others MoE (top-2 of 8 experts and a
+    shared one); and, for a dense model, the parameter model's matrices less the input embedding (Llama 3 8B:
+    8,030,261,248 parameters, as published, of which 525M are the input embedding and 266K norm weights)."""
+    from checks.model.parameters import chunk_tensors, stage_chunks
+    from checks.plan.setup import from_preset
+    from checks.plan.throughput import active_parameters_per_token
+
+    shape = replace(DENSE, num_layers=3, hidden_size=64, num_attention_heads=4, num_query_groups=2, kv_channels=16,
+                    ffn_hidden_size=128, vocab_size=1000,
+                    moe=MoEShape(num_experts=8, ffn_hidden_size=32, shared_expert_size=16, shared_expert_gate=False,
+                                 layers=(False, True, True), expert_layout="grouped"))
+    attention = 64 * (4 * 16 + 2 * 2 * 16) + 4 * 16 * 64  # linear_qkv, linear_proj
+    mlp = 3 * 64 * 128  # gated: fc1 is 2 x ffn wide, fc2
+    moe = 2 * 3 * 64 * 32 + 3 * 64 * 16 + 64 * 8  # two experts, the shared expert, the router
+    output = 64 * 1000
+    t = Training(shape, Parallelism(), moe_top_k=2)
+    assert active_parameters_per_token(t) == 3 * attention + mlp + 2 * moe + output == 157_184
+
+    llama = from_preset(PRESETS["llama3-8b"]).training
+    chunks = stage_chunks(llama.shape.num_layers, Parallelism())
+    assert chunks is not None
+    tensors = [x for stage in chunks for chunk in stage for x in chunk_tensors(llama.shape, Parallelism(), chunk)]
+    assert sum(x.numel for x in tensors) == 8_030_261_248
+    embedding = llama.shape.hidden_size * llama.shape.vocab_size
+    assert active_parameters_per_token(llama) == sum(x.numel for x in tensors if x.matrix) - embedding
