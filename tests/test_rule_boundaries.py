@@ -268,6 +268,36 @@ CASES: tuple[Case, ...] = (
          "TE unknown: the model may fail to build though offloading is off",
          says=("pass --te-version to know which",),
          fix="Set cpu_offloading_activations=true (weight offloading is deprecated in TE >= 2.3)", patch=True),
+    # Survivors of a later mutation run: the texts of branches no case reached
+    Case("FGA009", Example(_fine_grained(delta_offload_bytes_across_pp_ranks=-1)), True, "a negative PP delta",
+         fix="Set delta_offload_bytes_across_pp_ranks to 0 or more", patch=True, upstream=True),
+    Case("FGA019", Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn "
+                           "--cuda-graph-impl local --cuda-graph-modules attn", "megatron-lm", version="0.19.2",
+                           te="2.9"), True,
+         "0.19 local graphs with a non-MoE module: not a partial MoE capture",
+         says=("cuda_graph_impl=local and these modules",), fix="Use cuda_graph_impl=transformer_engine", patch=True),
+    Case("CFG001", Example(_yaml({"policy": {"megatron_cfg": {"enabled": True, "cpu_offloading": True}}}), "nemo-rl"),
+         True, "a model field directly under megatron_cfg: it goes under model_overrides",
+         says=("NeMo-RL sets this model field only under megatron_cfg.model_overrides)",),
+         fix="Move it to megatron_cfg.model_overrides.cpu_offloading"),
+    Case("CFG003", Example("--bf16 --rl-offload-kv-cache-during-training", "megatron-lm", version="0.19.2"), True,
+         "a flag only older releases have: the newest of them is named",
+         says=("it exists in 0.15.3, 0.16.1",),
+         fix="Remove it, or use megatron-core 0.16.1 or earlier (and pass --mcore-version)"),
+    Case("ACT011", Example(_yaml({"model": {"num_layers": 8, "recompute_granularity": "full"}})), True,
+         "full recompute without a method",
+         says=("recompute_granularity='full' without a recompute_method",),
+         fix="Set recompute_method (uniform: recompute_num_layers layers per chunk; block: the first "
+             "recompute_num_layers layers of each pipeline stage) and recompute_num_layers", upstream=True),
+    Case("ACT011", Example(_yaml({"model": {"num_layers": 8, "pipeline_model_parallel_size": 2,
+                                            "recompute_granularity": "full", "recompute_method": "uniform"}})), True,
+         "full recompute without a layer count: the bound is the layers of one pipeline rank",
+         says=("recompute_granularity='full' without recompute_num_layers",),
+         fix="Set recompute_num_layers between 1 and 4 (the layers of one pipeline rank)", upstream=True),
+    Case("TEX005", Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn",
+                           "megatron-lm", te="2.12"), True,
+         "Megatron-LM: the variable is the launch environment's, which no config patch sets",
+         fix="Set NVTE_CPU_OFFLOAD_V1=1 (the launch environment)", patch=False, upstream=True),
 )
 
 
@@ -371,3 +401,68 @@ def test_cfg011_about_one_path_names_no_paths() -> None:
     (hit,) = check_conflicting_patches(ctx)
     assert hit.path == "model.cpu_offloading_num_layers" and hit.paths == ()
     assert hit.message.startswith("the fixes of ACT001, ACT007 disagree on model.cpu_offloading_num_layers")
+
+
+# -- helpers and branches no loaded config reaches ---------------------------------------------------------------
+# The loaders and the engine cannot show these with the shipped tables (no rule asks 0.14 for Transformer Engine
+# graphs; every duplicate the functional-test reader records has line numbers; no Megatron-LM version's parser has
+# an append/extend/count flag; a Megatron-LM command line spells no env patch), so each is asked of the rule or
+# helper directly.
+def _config(example: Example, version: str) -> Any:
+    from checks.catalogue import example_configs
+
+    (cfg,) = example_configs(example, version)
+    return cfg
+
+
+def test_graph_impl_patch_names_no_cuda_graph_impl_where_the_version_lacks_it() -> None:
+    """0.14 has no cuda_graph_impl: turning enable_cuda_graph off is the whole patch, whatever graphs are asked for."""
+    from checks.context import Context
+    from checks.rules.cuda_graphs import graph_impl_patch
+
+    ctx = Context(_config(Example(_yaml({"model": {"num_layers": 8, "enable_cuda_graph": True}})), "0.14.0"))
+    assert not ctx.exists("model.cuda_graph_impl")
+    for impl in ("none", "transformer_engine"):
+        assert graph_impl_patch(ctx, impl) == {"model.enable_cuda_graph": False}, impl
+
+
+def test_cfg008_without_line_numbers_says_twice() -> None:
+    """A duplicate whose origins carry no line: the message cannot name the lines."""
+    from dataclasses import replace
+
+    from checks.context import Context
+    from checks.rules.keys import check_duplicate_key
+
+    cfg = _config(Example("MODEL_ARGS:\n  --num-layers: 4\n  --num-layers: 8\n", "megatron-lm"), "0.19.2")
+    (dup,) = cfg.duplicates
+    lineless = replace(dup, first=replace(dup.first, origin=replace(dup.first.origin, line=None)),
+                       last=replace(dup.last, origin=replace(dup.last.origin, line=None)))
+    (hit,) = check_duplicate_key(Context(replace(cfg, duplicates=(lineless,))))
+    assert hit.message.startswith("--num-layers is given twice (twice): the runner passes both"), hit.message
+
+
+@pytest.mark.parametrize("action", ["append", "append_const", "extend", "count"])
+def test_cfg008_an_accumulating_flag_given_twice_is_applied_twice(action: str, monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """argparse keeps both values of an append/extend/count flag: neither line is without effect."""
+    from checks.context import Context
+    from checks.rules import keys
+    from checks.versions import FlagSpec, mlm_flags
+
+    flag = FlagSpec("--my-tag", "my_tag", action, None, None, "str", None, options=("--my-tag",))
+    monkeypatch.setattr(keys, "mlm_flags", lambda version: {**mlm_flags(version), "--my-tag": flag})
+    cfg = _config(Example("MODEL_ARGS:\n  --my-tag: a\n  --my-tag: b\n", "megatron-lm"), "0.19.2")
+    (hit,) = keys.check_duplicate_key(Context(cfg))
+    assert hit.message.endswith(f"; argparse applies both ({action})"), hit.message
+
+
+def test_tex005_proposes_no_patch_for_megatron_lm() -> None:
+    """Megatron-LM reads NVTE_CPU_OFFLOAD_V1 from the launch environment, which no change to its flags sets: the
+    rule's own hit carries no patch (the engine would drop an env patch for a command line, so ask the rule)."""
+    from checks.context import Context
+    from checks.rules.transformer_engine import check_nvte_v1
+
+    cfg = _config(Example("--num-layers 8 --fine-grained-activation-offloading --offload-modules core_attn",
+                          "megatron-lm", te="2.12"), "0.19.2")
+    (hit,) = check_nvte_v1(Context(cfg))
+    assert hit.fix == "Set NVTE_CPU_OFFLOAD_V1=1 (the launch environment)" and hit.patch is None, hit.patch
