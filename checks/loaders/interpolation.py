@@ -389,9 +389,10 @@ def _put(tree: trees.Tree, todo: list[KeyPath], values: list[Any]) -> trees.Tree
 #   ``env``); add, mul, div and max are NeMo-RL's lambdas above.
 # Everything else raises _Unsure and goes to OmegaConf: another literal (a float, a dashed name, an empty
 # argument), a missing key or ``???``, a cycle, a path through an interpolated node or a list index not written as
-# plain digits, a result that is not a plain value, any exception from a resolver. So every error message is still OmegaConf's. It runs only where
-# every ``${`` in the whole tree parses in the subset (which OmegaConf's grammar accepts) and every key and value is
-# one OmegaConf.create takes, so the whole tree's create, which upstream runs first, could not have failed.
+# plain digits, a result that is not a plain value, any exception from a resolver. So every error message is still
+# OmegaConf's. It runs only where every ``${`` in the whole tree parses in the subset (which OmegaConf's grammar
+# accepts) and every key and value is one OmegaConf.create takes, so the whole tree's create, which upstream runs
+# first, could not have failed.
 # tests/test_interpolation_pruning.py compares it with OmegaConf on the whole tree: named cases, generated
 # configs, generated strings, every NeMo-RL example.
 
