@@ -10,6 +10,7 @@ the same for every NeMo-RL example config (NEMO_RL_GIT, a git directory of NVIDI
 
 from __future__ import annotations
 
+import math
 import os
 import string
 from dataclasses import replace
@@ -40,7 +41,18 @@ def _outcome(tree: trees.Tree, wanted: list[tuple[Any, ...]], env: dict[str, str
         out = interpolation.Resolver(tree, env).resolve(tree, wanted)
     except InputError as err:
         return ("refused", err.render())
-    return ("resolved", [(keys, s.value, s.origin.note) for keys, s in trees.leaves(out)])
+    return ("resolved", [(keys, _comparable(s.value), s.origin.note) for keys, s in trees.leaves(out)])
+
+
+def _comparable(value: Any) -> Any:
+    """The value with NaN (``mul`` by a ``nan`` literal) made equal to itself, so that outcomes compare."""
+    if isinstance(value, float) and math.isnan(value):
+        return "<nan>"
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
 
 
 def _record_creates(m: pytest.MonkeyPatch) -> list[dict[str, Any]]:
@@ -167,6 +179,8 @@ CASES: dict[str, tuple[dict[Any, Any], list[tuple[Any, ...]], dict[str, str], st
         {"a": "${mul:${b}, 2}", "b": "ab", "other": 0}, [("a",)], {}, "native"),
     "signed int literals": (
         {"a": "${add:-3, +2}", "b": "${max:0, ${c}}", "c": -1, "other": 0}, [("a",), ("b",)], {}, "native"),
+    "a nan literal (pruned and whole give NaN; the native evaluation leaves it)": (
+        {"a": 0, "b": "${mul:${a}, nan}", "other": 0}, [("b",)], {}, "pruned"),
     "a float literal": (
         {"a": "${mul:${b}, 1.5}", "b": 2, "other": 0}, [("a",)], {}, "pruned"),
     "a literal OmegaConf reads as a float": (
