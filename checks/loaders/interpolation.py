@@ -331,22 +331,30 @@ MAX_PARSES = 65_536
 def _creatable(omegaconf: Any, value: Any) -> bool:
     """Whether OmegaConf.create would take this plain tree: the checks it makes of each key and value
     (omegaconf 2.3 ``_utils.get_value_kind(value, strict_interpolation_validation=True)`` on every string)."""
+    return _each_value(value, lambda text: _grammar_accepts(omegaconf, text))
+
+
+def _grammar_accepts(omegaconf: Any, text: str) -> bool:
+    if text not in _PARSES:
+        if len(_PARSES) >= MAX_PARSES:
+            _PARSES.clear()
+        try:
+            omegaconf._utils.get_value_kind(text, strict_interpolation_validation=True)
+            _PARSES[text] = True
+        except Exception:  # the grammar's errors; create raises the same on the whole tree
+            _PARSES[text] = False
+    return _PARSES[text]
+
+
+def _each_value(value: Any, accepts: Callable[[str], bool]) -> bool:
+    """Whether every key of this plain tree is a string, every value one OmegaConf.create takes, and ``accepts``
+    every string holding ``${``."""
     if isinstance(value, dict):
-        return all(isinstance(key, str) and _creatable(omegaconf, item) for key, item in value.items())
+        return all(isinstance(key, str) and _each_value(item, accepts) for key, item in value.items())
     if isinstance(value, list):
-        return all(_creatable(omegaconf, item) for item in value)
+        return all(_each_value(item, accepts) for item in value)
     if isinstance(value, str):
-        if "${" not in value:
-            return True
-        if value not in _PARSES:
-            if len(_PARSES) >= MAX_PARSES:
-                _PARSES.clear()
-            try:
-                omegaconf._utils.get_value_kind(value, strict_interpolation_validation=True)
-                _PARSES[value] = True
-            except Exception:  # the grammar's errors; create raises the same on the whole tree
-                _PARSES[value] = False
-        return _PARSES[value]
+        return "${" not in value or accepts(value)
     return value is None or isinstance(value, (bool, int, float))
 
 
@@ -410,13 +418,7 @@ _PLAIN = (type(None), bool, int, float, str)
 
 def _in_subset(value: Any) -> bool:
     """Whether OmegaConf.create takes this plain tree and every interpolation in it is in the native subset."""
-    if isinstance(value, dict):
-        return all(isinstance(key, str) and _in_subset(item) for key, item in value.items())
-    if isinstance(value, list):
-        return all(_in_subset(item) for item in value)
-    if isinstance(value, str):
-        return "${" not in value or _parse(value) is not None
-    return isinstance(value, _PLAIN)
+    return _each_value(value, lambda text: _parse(text) is not None)
 
 
 def _index(key: str | int) -> int | None:
