@@ -19,6 +19,7 @@ from typing import Any
 from checks import __version__
 from checks.engine import Finding
 from checks.jsonio import dumps
+from checks.loaders.megatron_lm import flag_words
 from checks.report import Run
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -115,8 +116,8 @@ def _token_start(line: str, region: dict[str, Any] | None) -> int | None:
 
 
 def _flag_edits(patch: dict[str, Any], line: str, anchor: int | None) -> list[Edit] | None:
-    """Megatron-LM flags on a shell line, changed as ``override_lines`` writes them (checks/loaders/megatron_lm.py):
-    None or [] removes the flag with its values, True adds the switch, anything else sets the values. A flag
+    """Megatron-LM flags on a shell line, written as ``--emit-overrides`` writes them (``flag_words``): None or []
+    removes the flag with its values, True adds the switch, anything else sets the values. A flag
     the line lacks is added before the finding's own word; a flag written twice, or values the renderer cannot
     delimit, give no fix."""
     words = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(line)]
@@ -128,12 +129,11 @@ def _flag_edits(patch: dict[str, Any], line: str, anchor: int | None) -> list[Ed
         at = [i for i, w in enumerate(words) if w[2] == flag]
         if len(at) > 1:
             return None
-        values = [str(v) for v in value] if isinstance(value, list) else [] if value is True or value is None \
-            else [_scalar(value)]
+        written = flag_words(flag, value)
         if not at:
-            if value is None or value == []:
+            if written is None:
                 return None  # nothing here to remove
-            added.append(" ".join([flag, *values]))
+            added.append(" ".join(written))
             continue
         i = at[0]
         last = i
@@ -142,16 +142,16 @@ def _flag_edits(patch: dict[str, Any], line: str, anchor: int | None) -> list[Ed
             last += 1
         if last + 1 < len(words) and not words[last + 1][2].startswith("--") and words[last + 1][2] not in _ENDS:
             return None  # a word that is neither a value as written nor the next flag
-        if value is None or value == []:
+        if written is None:
             if last + 1 < len(words):
                 edits.append((words[i][0], words[last + 1][0], ""))
             else:
                 edits.append((words[i - 1][1] if i else words[i][0], words[last][1], ""))
-        elif value is True:
+        elif written == [flag]:
             if last != i:
                 return None  # a switch written with values: not what the patch expects
         else:
-            edits.append((words[i][1], words[last][1], " " + " ".join(values)))
+            edits.append((words[i][1], words[last][1], " " + " ".join(written[1:])))
     if added:
         if anchor is None:
             return None

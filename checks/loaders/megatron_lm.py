@@ -423,14 +423,15 @@ class MegatronLmSpelling:
         return out
 
     def override_lines(self, patch: Mapping[str, Any]) -> list[str]:
-        lines = []
-        for flag, value in patch.items():
-            if value is None or value == []:  # nargs='+' takes no empty list; leaving the flag out gives []
-                lines.append(f"# remove {flag}")
-            elif value is True:
-                lines.append(flag)
-            elif isinstance(value, list):
-                lines.append(" ".join([flag] + [str(v) for v in value]))
-            else:
-                lines.append(f"{flag} {value}")
-        return lines
+        return [f"# remove {flag}" if (words := flag_words(flag, value)) is None else " ".join(words)
+                for flag, value in patch.items()]
+
+
+def flag_words(flag: str, value: Any) -> list[str] | None:
+    """A patched flag as a command line writes it: the flag and its values (just the flag for a switch); None
+    where the patch removes it (nargs='+' takes no empty list; leaving the flag out gives [])."""
+    if value is None or value == []:
+        return None
+    if value is True:
+        return [flag]
+    return [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
