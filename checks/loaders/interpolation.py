@@ -324,8 +324,6 @@ def _strings(value: Any, at: KeyPath) -> Iterator[tuple[KeyPath, str]]:
             yield from _strings(item, at + (index,))
 
 
-_PARSES: dict[str, bool] = {}  # OmegaConf's grammar check of one string, which NeMo-RL's bases repeat in every child
-MAX_PARSES = 65_536
 
 
 def _creatable(omegaconf: Any, value: Any) -> bool:
@@ -334,16 +332,13 @@ def _creatable(omegaconf: Any, value: Any) -> bool:
     return _each_value(value, lambda text: _grammar_accepts(omegaconf, text))
 
 
+@functools.lru_cache(maxsize=65_536)  # OmegaConf's grammar check of one string, which NeMo-RL's bases repeat
 def _grammar_accepts(omegaconf: Any, text: str) -> bool:
-    if text not in _PARSES:
-        if len(_PARSES) >= MAX_PARSES:
-            _PARSES.clear()
-        try:
-            omegaconf._utils.get_value_kind(text, strict_interpolation_validation=True)
-            _PARSES[text] = True
-        except Exception:  # the grammar's errors; create raises the same on the whole tree
-            _PARSES[text] = False
-    return _PARSES[text]
+    try:
+        omegaconf._utils.get_value_kind(text, strict_interpolation_validation=True)
+    except Exception:  # the grammar's errors; create raises the same on the whole tree
+        return False
+    return True
 
 
 def _each_value(value: Any, accepts: Callable[[str], bool]) -> bool:
