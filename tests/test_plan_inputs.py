@@ -321,6 +321,19 @@ def test_a_capacity_factor_pads_only_with_padding(capsys: pytest.CaptureFixture[
     assert routed("model.moe_expert_capacity_factor=0.5") < dropless
 
 
+def test_eager_dropless_moe_layers_wait_for_the_host(capsys: pytest.CaptureFixture[str]) -> None:
+    """The eager-MoE host floor (throughput.py) is read from the config: CUDA graphs or drop-and-pad routing (the
+    dispatcher then needs no token counts on the host, token_dispatcher.py:921-958) lift it; a capacity factor
+    that only drops tokens does not."""
+    def host_wait(*sets: str) -> float:
+        _, document = plan(capsys, "--preset", "qwen3-30b-a3b", *[a for s in sets for a in ("--set", s)])
+        return float(document["as_configured"]["parts"]["host_wait_s"])
+
+    assert host_wait() > 0
+    assert host_wait("model.moe_expert_capacity_factor=1.0") == host_wait()
+    assert host_wait("model.cuda_graph_impl=transformer_engine") == 0
+    assert host_wait("model.moe_expert_capacity_factor=1.0", "model.moe_pad_expert_input_to_capacity=true") == 0
+
 def test_layer_offload_counts_activations_only_when_they_are_offloaded() -> None:
     """cpu_offloading_activations=false offloads no activations (model_parallel_config.py:471, TE ignores weights
     from 2.3): the checker refuses such a job (TEX001/TEX002), and the job the planner reads says so too."""

@@ -119,6 +119,16 @@ def test_the_bridge_card_is_planned_with_its_layout(artifact: dict[str, Any]) ->
         assert job["overlap_cpu_optimizer_d2h_h2d"] is tag.endswith("overlap")
 
 
+def test_the_host_floor_is_its_fit(data: dict[str, Any]) -> None:
+    """checks/plan/hardware.py states the eager-MoE host floor to 0.1 ms; refitting it to its case gives that
+    value, and the case is marked fitted (so its error is not quoted as a prediction)."""
+    from checks.plan.hardware import MOE_LAYER_HOST_S
+
+    assert round(tool.fit_host_floor(data), 4) == MOE_LAYER_HOST_S
+    assert tool.fitted_by(next(c for c in data["cases"] if c["id"] == tool.HOST_FLOOR_CASE),
+                          tool.fitting_citations())
+
+
 # -- the tool's arithmetic --------------------------------------------------------------------------------------
 
 def test_formula_evaluates_arithmetic_only() -> None:
@@ -134,6 +144,7 @@ def test_published_values_in_bytes_and_seconds() -> None:
     # Tokens/sec/GPU: GBS x seq tokens a step over all GPUs
     step = tool.published({"value": 8826, "tokens": {"global_batch_size": 1024, "seq_length": 4096, "gpus": 16}})
     assert step == pytest.approx(1024 * 4096 / (8826 * 16))
+    assert tool.published({"range": [467, 520], "scale": 0.001}) == pytest.approx(0.4935)
 
 
 def test_golden_reductions() -> None:
@@ -263,6 +274,8 @@ def test_bridge_values_are_on_the_lines_they_cite(data: dict[str, Any]) -> None:
     for value in _bridge_values(data):
         text = _cited_text(value["source"])
         assert value["quote"] in text, value
+        for end in value.get("range", ()):
+            assert re.search(rf"(?<![\d.]){end}(?![\d.])", value["quote"]), value
         if "value" in value:
             assert re.search(rf"(?<![\d.]){re.escape(str(value['value']))}(?![\d.])", value["quote"]), value
 

@@ -141,8 +141,9 @@ def parse(path: str, text: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _recipe_recompute(prefix: str, row: dict[str, Any], system: str, precision: str) -> tuple[dict[str, Any], str]:
-    """The recompute of the perf recipe that runs this row, where its layout matches the row's."""
+def _recipe_settings(prefix: str, row: dict[str, Any], system: str, precision: str) -> tuple[dict[str, Any], str]:
+    """What the perf recipe that runs this row sets that the step-time model reads (its recompute, and whether its
+    MoE layers wait for the host: eager, dropless), where its layout matches the row's."""
     from checks.loaders.bridge_recipe import catalogue, find_recipe
 
     names = set(catalogue().names("recipes"))
@@ -155,19 +156,26 @@ def _recipe_recompute(prefix: str, row: dict[str, Any], system: str, precision: 
                   "cp": "model.context_parallel_size", "ep": "model.expert_model_parallel_size",
                   "mbs": "train.micro_batch_size", "gbs": "train.global_batch_size"}
         if any((values.get(key) or 1) != row[field] for field, key in layout.items()):
-            return {}, f"recipe {name} at the pinned commit has another layout: recompute assumed none"
+            return {"moe_host_sync": False}, (f"recipe {name} at the pinned commit has another layout: recompute "
+                                              "assumed none, and no eager-MoE host floor")
+        # the planner's own reading of a config (checks/plan/setup.py): CUDA graphs or drop-and-pad routing
+        graphs = values.get("model.cuda_graph_impl") not in (None, "none")
+        sync = {"moe_host_sync": not graphs and not values.get("model.moe_pad_expert_input_to_capacity")}
         granularity = values.get("model.recompute_granularity")
         modules = values.get("model.recompute_modules")
         if granularity == "full":
             full = {"recompute": "full", "recompute_method": values.get("model.recompute_method") or "uniform",
                     "recompute_num_layers": int(values.get("model.recompute_num_layers") or 1)}
-            return full, f"recompute from {name}"
+            return full | sync, f"recompute from {name}"
         if granularity == "selective":
             if modules in (None, ["core_attn"]):
-                return {"recompute": "selective"}, f"recompute from {name}"
-            return {}, f"{name} recomputes {modules}, not modelled: the efficiency absorbs it"
-        return {}, f"no recompute ({name})"
-    return {}, "no perf recipe of this name at the pinned commit: recompute assumed none"
+                return {"recompute": "selective"} | sync, f"recompute from {name}"
+            return sync, f"{name} recomputes {modules}, not modelled: the efficiency absorbs it"
+        return sync, f"no recompute ({name})"
+    # A tuned throughput row with no recipe to read: its CUDA graphs are not known, so the host floor measured on
+    # an eager job is not put under it (the efficiency absorbs what the host costs)
+    return {"moe_host_sync": False}, "no perf recipe of this name at the pinned commit: recompute assumed none, " \
+        "and no eager-MoE host floor"
 
 
 def _layout(shape: Any, pp: int, vp: int) -> tuple[Parallelism, str] | str:
@@ -230,14 +238,14 @@ def job_for(row: dict[str, Any]) -> tuple[Training | None, str]:
     experts = model_shape.moe.num_experts if model_shape.moe else 1
     if row["ep"] > 1 and (model_shape.moe is None or experts % row["ep"]):
         return None, f"EP {row['ep']} does not divide the experts"
-    recompute, recompute_note = _recipe_recompute(prefix, row, row["system"], row["precision"])
+    settings, recompute_note = _recipe_settings(prefix, row, row["system"], row["precision"])
     # Bridge's perf recipes reduce gradients in buckets (overlap_grad_reduce) of megatron-core's default size,
     # max(40M, 1M x DP) elements
     # (NVIDIA/Megatron-LM@d98e8a64:megatron/core/distributed/distributed_data_parallel.py:134)
     t = Training(model_shape, replace(par, tensor=row["tp"], expert=row["ep"]), data_parallel=dp,
                  context_parallel=row["cp"], seq_length=row["seq"], micro_batch_size=row["mbs"],
                  global_batch_size=row["gbs"], sequence_parallel=row["tp"] > 1, moe_top_k=top_k or 2,
-                 bucket_size=max(40_000_000, 1_000_000 * dp), **recompute)
+                 bucket_size=max(40_000_000, 1_000_000 * dp), **settings)
     return t, "; ".join(n for n in (shape_source, layout_note, recompute_note) if n)
 
 

@@ -20,6 +20,7 @@ Usage:
     python tools/planner_validation.py            # write the artifact
     python tools/planner_validation.py --check    # exit 1 when the committed artifact is not what the code gives
     python tools/planner_validation.py --table    # print the markdown table
+    python tools/planner_validation.py --fit-host-floor   # refit the eager-MoE host floor (checks/plan/hardware.py)
 """
 
 from __future__ import annotations
@@ -169,6 +170,9 @@ def published(value: Mapping[str, Any]) -> float:
     """A published value in bytes or seconds."""
     if "formula" in value:
         return formula(value["formula"], value["inputs"])
+    if "range" in value:  # a published low-high range: its midpoint
+        low, high = value["range"]
+        return (float(low) + float(high)) / 2 * float(value.get("scale", 1))
     if "tokens" in value:  # Tokens/sec/GPU: the step processes global batch x sequence tokens on all GPUs
         tokens = value["tokens"]
         return float(tokens["global_batch_size"] * tokens["seq_length"] / (value["value"] * tokens["gpus"]))
@@ -577,13 +581,50 @@ def markdown_unexpressed(artifact: Mapping[str, Any]) -> str:
     return "\n".join(f"- `{case['id']}`: {case['reason']}" for case in artifact["unexpressed"])
 
 
+# -- the host floor's fit ---------------------------------------------------------------------------------------
+
+HOST_FLOOR_CASE = "bridge-cuda-graphs-card/gpt-oss-20b-eager"
+
+
+def fit_host_floor(data: Mapping[str, Any]) -> float:
+    """The eager-MoE host time per layer and micro-batch (``Hardware.moe_layer_host_s``) at which the step-time
+    model gives :data:`HOST_FLOOR_CASE`'s published step: the fit ``checks/plan/hardware.py`` cites. Bisection:
+    the step only lengthens as the floor grows."""
+    from dataclasses import replace
+
+    from checks.plan.throughput import step_time
+
+    case = next(c for c in data["cases"] if c["id"] == HOST_FLOOR_CASE)
+    target = published(next(v for v in case["values"] if v["metric"] == "step_time"))
+    planned = plan_case(plan_words(case))
+    if isinstance(planned, str):
+        raise ValueError(f"{HOST_FLOOR_CASE}: {planned}")
+
+    def step(host_s: float) -> float:
+        hardware = replace(planned.hardware, moe_layer_host_s=host_s)
+        return step_time(planned.job.training, planned.job.offload, hardware, memory=planned.stages).step_s
+
+    low, high = 0.0, 1.0
+    if step(low) > target:
+        raise ValueError(f"{HOST_FLOOR_CASE}: the step without a host floor already exceeds the published one")
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if step(middle) < target else (low, middle)
+    return (low + high) / 2
+
+
 # -- command line -----------------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
     cli = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     cli.add_argument("--check", action="store_true", help="write nothing; exit 1 when the artifact is not current")
     cli.add_argument("--table", action="store_true", help="print the markdown table instead of writing")
+    cli.add_argument("--fit-host-floor", action="store_true",
+                     help="print the eager-MoE host floor fitted to its published case (checks/plan/hardware.py)")
     args = cli.parse_args(argv)
+    if args.fit_host_floor:
+        print(f"moe_layer_host_s = {fit_host_floor(load_data()):.5f} s, fitted to {HOST_FLOOR_CASE}")
+        return 0
     text = produce()
     if args.table:
         print(markdown_table(json.loads(text)))

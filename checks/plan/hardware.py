@@ -39,6 +39,22 @@ _ADAM_FIT = ("host AdamW 0.653e9 elements/s per thread: FITTED to Megatron Bridg
              "optimizer offload 1.0: 4189 ms, NVIDIA-NeMo/Megatron-Bridge@067f987d:skills/"
              "nemo-mbridge-perf-cpu-offloading/card.yaml:157-158, against its 996 ms baseline); one fused-AdamW "
              "thread measured 0.76e9 (reference/benchmarks/hybrid_adam.json)")
+# The host's time to issue one MoE layer's forward and backward for one micro-batch when it runs eagerly. The
+# token dispatcher copies the per-expert token counts to the host and waits for them in every MoE layer (alltoall:
+# NVIDIA/Megatron-LM@d98e8a64:megatron/core/transformer/moe/token_dispatcher.py:921-958, skipped only with
+# drop-and-pad routing, :446; allgather: :320), so the host cannot run ahead of the GPU across MoE layers and such a
+# layer takes at least this long, however little work its micro-batch holds (the "CPU Overhead Bottleneck" of
+# megatron/core/transformer/moe/README.md:254-262, which CUDA graphs relieve). FITTED: the value at which the
+# step-time model reproduces the eager baseline of Megatron Bridge's GPT-OSS-20B job 10111169 (TP2 PP4 EP4, 2 x 8
+# H100, global batch 4: 467-520 ms, its midpoint, NVIDIA-NeMo/Megatron-Bridge@067f987d:skills/
+# nemo-mbridge-perf-cuda-graphs/card.yaml:195-200, GBS=4 at :87); tools/planner_validation.py --fit-host-floor
+# reruns the fit. The Qwen3-30B-A3B offload sweep (a recompute-heavy job on the same nodes) is its prediction.
+MOE_LAYER_HOST_S = 0.0160
+_HOST_FLOOR_FIT = ("eager MoE layer 16.0 ms of host time per micro-batch (forward and backward): FITTED to Megatron "
+                   "Bridge job 10111169 (GPT-OSS-20B TP2 PP4 EP4, 16 x H100, global batch 4, eager: 467-520 ms, "
+                   "NVIDIA-NeMo/Megatron-Bridge@067f987d:skills/nemo-mbridge-perf-cuda-graphs/card.yaml:195-200); "
+                   "the dispatcher waits for its token counts on the host each layer "
+                   "(NVIDIA/Megatron-LM@d98e8a64:megatron/core/transformer/moe/token_dispatcher.py:921-958)")
 # torchrun gives each worker OMP_NUM_THREADS=1 when the variable is unset and it starts more than one process per
 # node (torch 2.13 torch/distributed/run.py:872-884), so each rank's host AdamW runs on one thread.
 _THREADS = "one host AdamW thread per rank: torchrun's OMP_NUM_THREADS=1 default (torch/distributed/run.py:872-884)"
@@ -63,6 +79,7 @@ class Hardware:
     host_adam_per_thread: float = HOST_ADAM_PER_THREAD  # elements/s of fused fp32 AdamW on one host thread
     host_threads_per_rank: int = 1
     host_adam_per_node: float = 0.0  # elements/s of the whole host (probe), 0: its memory bandwidth / 28 B
+    moe_layer_host_s: float = MOE_LAYER_HOST_S  # host time to issue one eager MoE layer's micro-batch (floor)
 
     @property
     def domain(self) -> int:
@@ -103,7 +120,7 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "https://www.nvidia.com/en-us/data-center/h100/ (989 TFLOPS dense BF16, 3.35 TB/s HBM3); " + _RL_PEAKS,
         _PCIE5, _NVLINK4, _NDR,
         "https://www.nvidia.com/en-us/data-center/dgx-h100/ (8 GPUs, 2 TB system memory, 8 x ConnectX-7 400 Gb/s)",
-        _SPR_HOST, _ADAM_FIT, _THREADS)),
+        _SPR_HOST, _ADAM_FIT, _THREADS, _HOST_FLOOR_FIT)),
     Hardware("h200-sxm", int(139.81 * GIB), 989e12, 52.77 * GB, 52.77 * GB, 8, 2048 * GB, 614 * GB,
              hbm_bytes_per_s=4.8e12, sources=(
         "GPU memory 139.81 GiB, the capacity CUDA reports to PyTorch ('GPU 0 has a total capacity of 139.81 GiB' "
@@ -111,7 +128,8 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "https://www.nvidia.com/en-us/data-center/h200/ (989 TFLOPS dense BF16, 4.8 TB/s HBM3e); " + _RL_PEAKS,
         _PCIE5 + " (an H100 measurement; the H200 has the same PCIe Gen5 x16 link)", _NVLINK4, _NDR,
         "https://www.nvidia.com/en-us/data-center/dgx-h200/ (8 GPUs, 2 TB system memory)",
-        _SPR_HOST, _ADAM_FIT, _THREADS)),
+        _SPR_HOST, _ADAM_FIT, _THREADS,
+        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
     Hardware("a100-sxm-80gb", 80 * GB, 312e12, 25.13 * GB, 25.13 * GB, 8, 2048 * GB, 409.6 * GB,
              hbm_bytes_per_s=2.039e12, nvlink_bytes_per_s=200 * GB, network_bytes_per_s=24 * GB, sources=(
         "GPU memory NOMINAL 80 GB: no public figure of the capacity CUDA reports for the A100 80GB was found to cite",
@@ -124,7 +142,8 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "reaches (nccl-tests#267)",
         "https://www.nvidia.com/en-us/data-center/dgx-a100/ (8 GPUs, 2 TB system memory, 2 x AMD EPYC 7742)",
         "host memory 409.6 GB/s peak: 2 x 8 channels of DDR4-3200", _ADAM_FIT + " (an H100-node fit, assumed here)",
-        _THREADS)),
+        _THREADS,
+        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
     Hardware("b200", 180 * GB, 2.25e15, 52.77 * GB, 52.77 * GB, 8, 2048 * GB, 717 * GB, hbm_bytes_per_s=8e12,
              nvlink_bytes_per_s=740 * GB, sources=(
         "GPU memory NOMINAL 180 GB (DGX B200: 1,440 GB over 8 GPUs): no public figure of the capacity CUDA reports "
@@ -132,7 +151,8 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "dense BF16 2.25 PFLOPS: " + _RL_PEAKS, "https://www.nvidia.com/en-us/data-center/dgx-b200/ (8 GPUs, "
         "2 TB system memory, 2 x Intel Xeon Platinum 8570, 8 x ConnectX-7 400 Gb/s, HBM3e 8 TB/s per GPU)",
         _PCIE5 + " (an H100 measurement; assumed for the B200's PCIe Gen5 link)", _NVLINK5, _NDR,
-        "host memory 717 GB/s peak: 2 x 8 channels of DDR5-5600", _ADAM_FIT + " (assumed here)", _THREADS)),
+        "host memory 717 GB/s peak: 2 x 8 channels of DDR5-5600", _ADAM_FIT + " (assumed here)", _THREADS,
+        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
     Hardware("b300", 288 * GB, 2.25e15, 52.77 * GB, 52.77 * GB, 8, 2048 * GB, 717 * GB, hbm_bytes_per_s=8e12,
              nvlink_bytes_per_s=740 * GB, network_bytes_per_s=96 * GB, sources=(
         "GPU memory NOMINAL 288 GB HBM3e: no public figure of the capacity CUDA reports was found to cite",
@@ -140,20 +160,23 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         _PCIE5 + " (an H100 measurement; assumed)", _NVLINK5,
         "between nodes 96 GB/s per GPU: ConnectX-8 800 Gb/s, at NDR's achievable share (nccl-tests#267)",
         "host: not published in a source cited here; taken as DGX B200's (2 TB, 717 GB/s)",
-        _ADAM_FIT + " (assumed here)", _THREADS)),
+        _ADAM_FIT + " (assumed here)", _THREADS,
+        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
     Hardware("gh200", 96 * GB, 989e12, 450 * GB, 450 * GB, 1, 480 * GB, 512 * GB, hbm_bytes_per_s=4e12, sources=(
         "GPU memory NOMINAL 96 GB: no public figure of the capacity CUDA reports was found to cite",
         "https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (96 GB HBM3 at 4 TB/s, NVLink-C2C "
         "900 GB/s total, up to 480 GB LPDDR5X at up to 512 GB/s); host link: the C2C peak per direction "
         "(no achievable figure cited)", _NDR + " (assumed: one NIC per superchip)", _ADAM_FIT + " (assumed here)",
-        _THREADS)),
+        _THREADS,
+        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
     Hardware("gb200", 186 * GB, 2.5e15, 450 * GB, 450 * GB, 4, 960 * GB, 1024 * GB, hbm_bytes_per_s=8e12,
              nvlink_bytes_per_s=740 * GB, nvlink_domain=72, sources=(
         "GPU memory NOMINAL 186 GB: no public figure of the capacity CUDA reports was found to cite",
         "https://www.nvidia.com/en-us/data-center/gb200-nvl72/ (13.4 TB HBM3e and 180 PFLOPS dense "
         "BF16 over 72 GPUs; NVLink-C2C 900 GB/s per Grace, shared by its 2 GPUs: the host link is that peak, no "
         "achievable figure cited)", "a compute tray: 2 Grace CPUs (480 GB LPDDR5X, 512 GB/s each) and 4 GPUs",
-        _NVLINK5 + "; one NVLink domain of 72 GPUs", _NDR, _ADAM_FIT + " (assumed here)", _THREADS)),
+        _NVLINK5 + "; one NVLink domain of 72 GPUs", _NDR, _ADAM_FIT + " (assumed here)", _THREADS,
+        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
     Hardware("gb300", 288 * GB, 2.45e15, 450 * GB, 450 * GB, 4, 960 * GB, 1024 * GB, hbm_bytes_per_s=8e12,
              nvlink_bytes_per_s=740 * GB, nvlink_domain=72, network_bytes_per_s=96 * GB, sources=(
         "GPU memory NOMINAL 288 GB HBM3e: no public figure of the capacity CUDA reports was found to cite",
@@ -161,7 +184,8 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "a compute tray as GB200's: 2 Grace CPUs (480 GB LPDDR5X, 512 GB/s each), 4 GPUs, NVLink-C2C 900 GB/s "
         "per Grace (peak)", _NVLINK5 + "; one NVLink domain of 72 GPUs",
         "between nodes 96 GB/s per GPU: ConnectX-8 800 Gb/s, at NDR's achievable share (nccl-tests#267)",
-        _ADAM_FIT + " (assumed here)", _THREADS)),
+        _ADAM_FIT + " (assumed here)", _THREADS,
+        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
     Hardware("mi300x", 192 * GB, 1307e12, 52.77 * GB, 52.77 * GB, 8, 2048 * GB, 921 * GB, hbm_bytes_per_s=5.3e12,
              nvlink_bytes_per_s=368 * GB, sources=(
         "GPU memory NOMINAL 192 GB: no citable public figure of the capacity HIP reports was found",
@@ -170,7 +194,8 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "Infinity Fabric 368 GB/s per GPU: no published RCCL figure found; derived as NVLink 4's achievable share "
         "(nccl-tests#212) of 448 GB/s", _NDR + " (assumed: one 400 Gb/s NIC per GPU)",
         "a typical 8-GPU platform: 2 x AMD EPYC 9004, 12 channels DDR5-4800 each, 2 TB",
-        _ADAM_FIT + " (assumed here)", _THREADS)),
+        _ADAM_FIT + " (assumed here)", _THREADS,
+        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
 )}
 
 

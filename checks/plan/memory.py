@@ -49,6 +49,9 @@ class Training:
     exp_avg_sq_bytes: int = 4
     bucket_size: int | None = None  # gradient buckets, elements; None: one bucket (no overlap_grad_reduce)
     version: str = DEFAULT_VERSION
+    # Each MoE layer's token dispatcher waits for its per-expert counts on the host (dropless routing, run eagerly):
+    # False under CUDA graphs or with drop-and-pad routing (checks/plan/throughput.py, the host floor)
+    moe_host_sync: bool = True
 
     @property
     def world_size(self) -> int:

@@ -86,6 +86,7 @@ def _assumptions(entry: Planned) -> list[str]:
             + entry.baseline_time.efficiency_source
             + "; plus the pipeline bubble, exposed tensor-, expert- and data-parallel communication, the optimizer "
             "step, and the offload copies and host optimizer step the job cannot hide",
+            *([entry.configured_time.host_note] if entry.configured_time.host_note else []),
             "activations: Megatron-Core with the Transformer Engine spec (checks/plan/activations.py); host "
             "memory per node counts every GPU at the most host-hungry stage"]
 

@@ -219,7 +219,8 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | None, data_parall
         main_param_bytes=_dtype_bytes(ctx, "optimizer.main_params_dtype", 4),
         exp_avg_bytes=_dtype_bytes(ctx, "optimizer.exp_avg_dtype", 4),
         exp_avg_sq_bytes=_dtype_bytes(ctx, "optimizer.exp_avg_sq_dtype", 4),
-        bucket_size=_bucket_size(ctx, dp), version=ctx.version)
+        bucket_size=_bucket_size(ctx, dp), version=ctx.version,
+        moe_host_sync=not _cuda_graphs(ctx) and not ctx.get("model.moe_pad_expert_input_to_capacity"))
     batch_per_rank = False
     if found is None and overrides_only:
         assert preset is not None
@@ -570,13 +571,18 @@ def _refuse_mixed_model(ctx: Context, found: ShapeUnknown, preset: Preset) -> No
                          "planner would plan another model")
 
 
+def _cuda_graphs(ctx: Context) -> list[str]:
+    """The settings that make the layers replay CUDA graphs rather than run eagerly, as ``key=value``."""
+    graphs = _value(ctx, "model.cuda_graph_impl")
+    on = [f"cuda_graph_impl={graphs}"] if graphs not in (None, "none") else []
+    return on + [f"{name}=true" for name in ("enable_cuda_graph", "external_cuda_graph")
+                 if _value(ctx, f"model.{name}")]
+
+
 def _not_counted(ctx: Context, shape: ModelShape, par: Parallelism) -> list[Assumption]:
     """What the job holds that the planner leaves out, each said rather than silently dropped."""
     notes: list[Assumption] = []
-    graphs = _value(ctx, "model.cuda_graph_impl")
-    on = [f"cuda_graph_impl={graphs}"] if graphs not in (None, "none") else []
-    on += [f"{name}=true" for name in ("enable_cuda_graph", "external_cuda_graph") if _value(ctx, f"model.{name}")]
-    if on:
+    if on := _cuda_graphs(ctx):
         notes.append(Assumption(f"CUDA graphs ({', '.join(on)}): their static buffers and private memory pool are "
                                 "not counted"))
     if _value(ctx, "model.tp_comm_overlap") and par.tensor > 1:

@@ -31,11 +31,15 @@ join them). The parts:
   next layer's forward and come back during the previous layer's backward).
 
 - **tensor parallel**: each row/column-parallel pair's all-reduce (all-gather and reduce-scatter with sequence
-  parallelism) of the hidden states, forward and backward, exposed (the planner does not read ``tp_comm_overlap``).
+  parallelism) of the hidden states, forward and backward, exposed (the planner does not read ``tp_comm_overlap``);
+- **host wait**: an eager MoE layer cannot finish before the host has issued it. Its token dispatcher waits on the
+  host for the per-expert token counts (dropless routing), so the host cannot run ahead across MoE layers, and a
+  micro-batch's pass over a stage takes at least its MoE layers times the host's time for one
+  (``Hardware.moe_layer_host_s``, fitted to one published eager job). What the GPU waits beyond its own work is
+  this part. CUDA graphs (``Training.moe_host_sync`` False) are not priced: no figure of what they leave was found.
 
-Not modelled (the efficiency absorbs them): context-parallel communication, pipeline send/receive, kernel-launch
-and host overheads (including the all-to-all dispatcher's host synchronisation per MoE layer), load imbalance
-between experts. Jobs with few micro-batches, where those are a larger share, run slower than predicted.
+Not modelled (the efficiency absorbs them): context-parallel communication, pipeline send/receive, the host time of
+dense layers and of the step outside the layers (optimizer launch, logging), load imbalance between experts.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class StageTime:
     optimizer_offload_s: float  # D2H grads + host step + H2D params, exposed (overlap flag honoured)
     activation_offload_s: float  # exposed activation copies
     tensor_parallel_s: float = 0.0  # tensor-parallel all-reduces (all-gathers and reduce-scatters with SP)
+    host_wait_s: float = 0.0  # the GPU waiting for the host to issue eager MoE layers
 
     @property
     def step_s(self) -> float:
@@ -86,6 +91,7 @@ class StageTime:
     def parts(self) -> dict[str, float]:
         return {"compute_s": self.compute_s, "bubble_s": self.bubble_s,
                 "expert_all_to_all_s": self.expert_all_to_all_s, "tensor_parallel_s": self.tensor_parallel_s,
+                "host_wait_s": self.host_wait_s,
                 "data_parallel_s": self.data_parallel_s, "optimizer_s": self.optimizer_s,
                 "optimizer_offload_s": self.optimizer_offload_s, "activation_offload_s": self.activation_offload_s}
 
@@ -95,6 +101,7 @@ class StepTime:
     stages: tuple[StageTime, ...]
     efficiency: float  # the compute efficiency used (share of dense bf16 peak)
     efficiency_source: str  # where it came from (a data row, --mfu, or a probe profile)
+    host_note: str = ""  # what the eager-MoE host floor means for this step, when it holds the GPU back
 
     @property
     def slowest(self) -> StageTime:
@@ -430,10 +437,15 @@ class _Stage:
     tensor_parallel_mb: float
     forward_mb: float
     backward_mb: float
+    host_mb: float  # what the host needs to issue one micro-batch's eager MoE layers
+
+    @property
+    def gpu(self) -> float:
+        return self.compute_mb + self.all_to_all_mb + self.tensor_parallel_mb
 
     @property
     def chunk(self) -> float:
-        return self.compute_mb + self.all_to_all_mb + self.tensor_parallel_mb
+        return max(self.gpu, self.host_mb)
 
 
 def step_time(t: Training, offload: Offload, hw: Hardware, efficiency: float | None = None, *,
@@ -458,7 +470,8 @@ def step_time(t: Training, offload: Offload, hw: Hardware, efficiency: float | N
         stages.append(_Stage(work, (3 * work.forward_flops + work.recompute_flops) / rate,
                              _all_to_all_seconds(t, hw, work), _tensor_parallel_seconds(t, hw, work),
                              work.forward_flops / rate,
-                             (2 * work.forward_flops + work.recompute_flops) / rate))
+                             (2 * work.forward_flops + work.recompute_flops) / rate,
+                             work.moe_layers * hw.moe_layer_host_s if t.moe_host_sync else 0.0))
     chunks = [st.chunk for st in stages]
     # 1F1B (interleaved or not): the slowest stage's m chunks, plus the others' fill and drain over vpp.
     pipe = m * max(chunks) + (sum(chunks) - max(chunks)) / vpp if pp > 1 else m * chunks[0]
@@ -471,13 +484,28 @@ def step_time(t: Training, offload: Offload, hw: Hardware, efficiency: float | N
         layer_forward = st.forward_mb / max(st.work.layers, 1)
         out.append(StageTime(
             stage=s, compute_s=m * st.compute_mb, bubble_s=max(0.0, pipe - m * st.chunk),
+            host_wait_s=m * (st.chunk - st.gpu),
             expert_all_to_all_s=m * st.all_to_all_mb, tensor_parallel_s=m * st.tensor_parallel_mb,
             data_parallel_s=_data_parallel_seconds(t, hw, s, st.work, st.forward_mb, st.backward_mb),
             optimizer_s=gpu_step,
             optimizer_offload_s=_optimizer_offload_seconds(t, offload, hw, mem.optimizer_offloaded_elements,
                                                            gpu_step),
             activation_offload_s=_activation_exposure(t, offload, hw, layer_forward, mem)))
-    return StepTime(tuple(out), efficiency, source)
+    return StepTime(tuple(out), efficiency, source, _host_note(max(out, key=lambda st: st.step_s), hw))
+
+
+def _host_note(slowest: StageTime, hw: Hardware) -> str:
+    """What a user should know when the host floor holds the slowest stage back: how much, from what, what
+    shortens it, and what the estimate leaves out (the host time of a recomputed forward: the published
+    recompute-heavy eager job, the offload card's, is predicted 18% over without it and 56% over with a third
+    of a layer's host time added per recompute)."""
+    if slowest.host_wait_s <= 0:
+        return ""
+    return (f"eager MoE layers: the GPU waits {slowest.host_wait_s * 1e3:,.0f} ms a step for the host to issue "
+            f"them (at least {hw.moe_layer_host_s * 1e3:.1f} ms per MoE layer and micro-batch, the dispatcher "
+            "waiting for its token counts on the host); work added under that wait, such as recompute, costs no "
+            "time in this estimate, though the recomputed forward's own host time is not priced; CUDA graphs of "
+            "the MoE router and preprocessing shorten the wait (megatron/core/transformer/moe/README.md:254-262)")
 
 
 def invert_efficiency(t: Training, hw: Hardware, step_s: float, offload: Offload | None = None) -> float | None:
