@@ -607,4 +607,4 @@ def test_a_config_without_a_model_name_says_so(tmp_path: Path, capsys: pytest.Ca
     assert code == 2 and err == (
         f"error: {path}: the planner needs the model's dimensions: NeMo-RL takes them from the Hugging Face "
         "checkpoint (no model_name is set), which is not one of the presets; add --preset NAME (known: llama3-8b, "
-        "llama3-70b, qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b, deepseek-v3, nemotron-h-8b)\n")
+        "llama3-70b, qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b, deepseek-v3, moonlight-16b-a3b, nemotron-h-8b)\n")

@@ -373,6 +373,9 @@ _TOP_K_SOURCES = {
     "deepseek-v3": ("examples/post_training/modelopt/conf/deepseek-ai/DeepSeek-R1.sh", 8),
     "mixtral-8x7b": ("examples/mixtral/train_mixtral_8x7b_distributed.sh", 2),
 }
+# presets whose top-k is a Bridge provider's (Megatron-LM has no argument file for them): provider class, top-k
+_TOP_K_BRIDGE = {"moonlight-16b-a3b": ("MoonlightModelProvider16B", 6)}
+_BRIDGE_PROVIDERS = "dc944b9c:src/megatron/bridge/models/deepseek/deepseek_provider.py"
 
 
 def test_moe_presets_are_planned_at_their_own_top_k() -> None:
@@ -380,8 +383,8 @@ def test_moe_presets_are_planned_at_their_own_top_k() -> None:
     from checks.plan.setup import from_preset
 
     moe = {name for name, preset in PRESETS.items() if preset.shape.moe is not None}
-    assert moe == set(_TOP_K_SOURCES)
-    for name, (_, top_k) in _TOP_K_SOURCES.items():
+    assert moe == set(_TOP_K_SOURCES) | set(_TOP_K_BRIDGE)
+    for name, (_, top_k) in (_TOP_K_SOURCES | _TOP_K_BRIDGE).items():
         job = from_preset(PRESETS[name])
         assert job.training.moe_top_k == top_k, name
     # more routed tokens, more activations: the top-8 plan holds more than the same job at top-2
@@ -403,6 +406,23 @@ def test_moe_preset_top_k_matches_the_megatron_lm_argument_files() -> None:
         text = subprocess.run(["git", "-C", git, "show", f"d98e8a64:{path}"], capture_output=True, text=True,
                               check=True).stdout
         (found,) = re.findall(r"--moe-router-topk\s+(\d+)", text)
+        assert PRESETS[name].moe_top_k == int(found), name
+
+
+def test_moe_preset_top_k_matches_the_bridge_providers() -> None:
+    """With BRIDGE_GIT, a preset sourced from a Bridge provider routes to that class's moe_router_topk."""
+    import os
+    import re
+    import subprocess
+
+    git = os.environ.get("BRIDGE_GIT")
+    if not git:
+        pytest.skip("set BRIDGE_GIT to a NVIDIA-NeMo/Megatron-Bridge git directory")
+    text = subprocess.run(["git", "-C", git, "show", _BRIDGE_PROVIDERS], capture_output=True, text=True,
+                          check=True).stdout
+    for name, (provider, _) in _TOP_K_BRIDGE.items():
+        body = text.split(f"class {provider}(", 1)[1].split("\nclass ", 1)[0]
+        (found,) = re.findall(r"moe_router_topk: int = (\d+)", body)
         assert PRESETS[name].moe_top_k == int(found), name
 
 

@@ -88,6 +88,21 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            (_CONF + "deepseek-ai/DeepSeek-R1.sh (DeepSeek-V3 architecture)",
             "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (vocab_size 129280)"),
            ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"), moe_top_k=8),  # DeepSeek-R1.sh:35
+    Preset("moonlight-16b-a3b",
+           "Moonlight-16B-A3B: MLA without a q latent, 64 routed experts + 2 shared, top-6, first layer dense",
+           # Bridge's MoonlightModelProvider16B over DeepSeekModelProvider (the MLA head sizes and QK norm: :71-86);
+           # kv_channels 16 as the provider states it (MLA sizes its heads with qk/v_head_dim instead)
+           _gpt(27, 2048, 16, 16, 11264, 163842, kv=16, qk_norm=True,
+                moe=_moe(27, 64, 1408, shared=2816, dense_first=1),
+                mla=MLAShape(q_lora_rank=0, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
+                             v_head_dim=128)),
+           Parallelism(tensor=2, expert=8), 4096, 1,
+           ("NVIDIA-NeMo/Megatron-Bridge@dc944b9c:src/megatron/bridge/models/deepseek/deepseek_provider.py:195-229 "
+            "(MoonlightModelProvider16B; MLA head sizes, QK norm: DeepSeekModelProvider, :43-86); Megatron-LM has "
+            "no argument file for it at d98e8a64",
+            "NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/recipes/moonlight/h100/moonlight_16b.py:157 "
+            "(the 8-GPU H100 recipe's layout: TP2 EP8)"),
+           ("moonshotai/Moonlight-16B-A3B",), moe_top_k=6),  # deepseek_provider.py:212
     Preset("nemotron-h-8b", "Nemotron-H 8B: hybrid, 24 Mamba-2 + 4 attention + 24 MLP layers, squared ReLU",
            _gpt(len(_NEMOTRON_H_8B_PATTERN), 4096, 32, 8, 21504, 131072, gated=False,
                 hybrid=HybridShape(_NEMOTRON_H_8B_PATTERN, state_dim=128, head_dim=64, num_heads=128, num_groups=8)),
