@@ -378,8 +378,8 @@ def test_a_micro_batch_size_over_a_preset_keeps_its_step_of_micro_batches(capsys
                                                    "whose dimensions the model catalogue does not hold; use a preset "
                                                    "(--preset NAME)"),
     ("Qwen/Qwen2.5-1.5X", "'Qwen/Qwen2.5-1.5X' is neither a preset (llama3-8b, llama3-70b, qwen3-30b-a3b, "
-                          "qwen3-235b-a22b, mixtral-8x7b, deepseek-v3, moonlight-16b-a3b, nemotron-h-8b) nor in the model catalogue; "
-                          "closest ids: Qwen/Qwen2.5-1.5B, Qwen/Qwen2.5-0.5B, Qwen/Qwen2-1.5B"),
+                          "qwen3-235b-a22b, mixtral-8x7b, deepseek-v3, moonlight-16b-a3b, nemotron-h-8b) nor in the "
+                          "model catalogue; closest ids: Qwen/Qwen2.5-1.5B, Qwen/Qwen2.5-0.5B, Qwen/Qwen2-1.5B"),
 ])
 def test_a_checkpoint_the_catalogue_cannot_size_says_why(hf_id: str, reason: str) -> None:
     """The reason reaches the user as the planner's error line, word for word."""
