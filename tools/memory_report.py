@@ -147,6 +147,11 @@ def markdown(data: dict[str, Any], planner: dict[str, Any] | None = None) -> str
         "`reference/activation-terms.md` lists every one for each preset), times the micro-batches the "
         "pipeline schedule keeps in flight, less what each offload mechanism moves; plus the embedding's and "
         "the loss's.",
+        "- **Step time** (`checks/plan/throughput.py`): per stage, FLOPs with recompute at a published "
+        "efficiency, the pipeline bubble, exposed tensor-, expert- and data-parallel communication, the "
+        "optimizer step and what offloading cannot hide. An eager MoE layer takes at least the host's time to "
+        "issue it (its dispatcher waits for the token counts on the host): a floor per layer and micro-batch "
+        "fitted to one published eager job, which sets the step of small-batch MoE jobs.",
         "",
         "## Activation profiles against measurement",
         "",
