@@ -145,6 +145,7 @@ def _recipe_settings(prefix: str, row: dict[str, Any], system: str, precision: s
     """What the perf recipe that runs this row sets that the step-time model reads (its recompute, and whether its
     MoE layers wait for the host: eager, dropless), where its layout matches the row's."""
     from checks.loaders.bridge_recipe import catalogue, find_recipe
+    from checks.plan.setup import moe_host_sync
 
     names = set(catalogue().names("recipes"))
     for spelling in RECIPE_PRECISION.get(precision, ()):
@@ -158,9 +159,7 @@ def _recipe_settings(prefix: str, row: dict[str, Any], system: str, precision: s
         if any((values.get(key) or 1) != row[field] for field, key in layout.items()):
             return {"moe_host_sync": False}, (f"recipe {name} at the pinned commit has another layout: recompute "
                                               "assumed none, and no eager-MoE host floor")
-        # the planner's own reading of a config (checks/plan/setup.py): CUDA graphs or drop-and-pad routing
-        graphs = values.get("model.cuda_graph_impl") not in (None, "none")
-        sync = {"moe_host_sync": not graphs and not values.get("model.moe_pad_expert_input_to_capacity")}
+        sync = {"moe_host_sync": moe_host_sync(values.get)}  # the planner's own reading of a config
         granularity = values.get("model.recompute_granularity")
         modules = values.get("model.recompute_modules")
         if granularity == "full":

@@ -220,7 +220,7 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | None, data_parall
         exp_avg_bytes=_dtype_bytes(ctx, "optimizer.exp_avg_dtype", 4),
         exp_avg_sq_bytes=_dtype_bytes(ctx, "optimizer.exp_avg_sq_dtype", 4),
         bucket_size=_bucket_size(ctx, dp), version=ctx.version,
-        moe_host_sync=not _cuda_graphs(ctx) and not ctx.get("model.moe_pad_expert_input_to_capacity"))
+        moe_host_sync=moe_host_sync(lambda path: _value(ctx, path)))
     batch_per_rank = False
     if found is None and overrides_only:
         assert preset is not None
@@ -571,12 +571,22 @@ def _refuse_mixed_model(ctx: Context, found: ShapeUnknown, preset: Preset) -> No
                          "planner would plan another model")
 
 
-def _cuda_graphs(ctx: Context) -> list[str]:
-    """The settings that make the layers replay CUDA graphs rather than run eagerly, as ``key=value``."""
-    graphs = _value(ctx, "model.cuda_graph_impl")
+def cuda_graph_settings(get: Callable[[str], Any]) -> list[str]:
+    """The settings that make the layers replay CUDA graphs rather than run eagerly, as ``key=value``; ``get``
+    reads a config path (a context here, a recipe's values in tools/efficiency.py)."""
+    graphs = get("model.cuda_graph_impl")
     on = [f"cuda_graph_impl={graphs}"] if graphs not in (None, "none") else []
-    return on + [f"{name}=true" for name in ("enable_cuda_graph", "external_cuda_graph")
-                 if _value(ctx, f"model.{name}")]
+    return on + [f"{name}=true" for name in ("enable_cuda_graph", "external_cuda_graph") if get(f"model.{name}")]
+
+
+def moe_host_sync(get: Callable[[str], Any]) -> bool:
+    """Whether each MoE layer's dispatcher waits for its token counts on the host: eager, and not drop-and-pad
+    routing (NVIDIA/Megatron-LM@d98e8a64:megatron/core/transformer/moe/token_dispatcher.py:446, 921-958)."""
+    return not cuda_graph_settings(get) and not get("model.moe_pad_expert_input_to_capacity")
+
+
+def _cuda_graphs(ctx: Context) -> list[str]:
+    return cuda_graph_settings(lambda path: _value(ctx, path))
 
 
 def _not_counted(ctx: Context, shape: ModelShape, par: Parallelism) -> list[Assumption]:

@@ -496,9 +496,10 @@ def step_time(t: Training, offload: Offload, hw: Hardware, efficiency: float | N
 
 def _host_note(slowest: StageTime, hw: Hardware) -> str:
     """What a user should know when the host floor holds the slowest stage back: how much, from what, what
-    shortens it, and what the estimate leaves out (the host time of a recomputed forward: the published
-    recompute-heavy eager job, the offload card's, is predicted 18% over without it and 56% over with a third
-    of a layer's host time added per recompute)."""
+    shortens it, and what the estimate leaves out: the host time of a recomputed forward, without which the one
+    published recompute-heavy eager job, the offload card's, is predicted 18% over
+    (reference/benchmarks/planner_validation.json); a share of a layer's host time added per recompute would put it
+    further over."""
     if slowest.host_wait_s <= 0:
         return ""
     return (f"eager MoE layers: the GPU waits {slowest.host_wait_s * 1e3:,.0f} ms a step for the host to issue "
