@@ -49,7 +49,7 @@ import json
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -491,7 +491,8 @@ def step_time(t: Training, offload: Offload, hw: Hardware, efficiency: float | N
             optimizer_offload_s=_optimizer_offload_seconds(t, offload, hw, mem.optimizer_offloaded_elements,
                                                            gpu_step),
             activation_offload_s=_activation_exposure(t, offload, hw, layer_forward, mem)))
-    return StepTime(tuple(out), efficiency, source, _host_note(max(out, key=lambda st: st.step_s), hw))
+    step = StepTime(tuple(out), efficiency, source)
+    return replace(step, host_note=_host_note(step.slowest, hw))
 
 
 def _host_note(slowest: StageTime, hw: Hardware) -> str:
