@@ -80,7 +80,8 @@ def test_a_set_over_a_preset_changes_only_what_it_sets() -> None:
                           (["model.hidden_dropout=0.1"], {"hidden_dropout": True}),
                           (["model.bf16=false", "model.params_dtype=fp32"], {"param_bytes": 4}),
                           (["train.global_batch_size=256"], {"global_batch_size": 256}),
-                          (["model.sequence_parallel=false"], {"sequence_parallel": False})):
+                          (["model.sequence_parallel=false"], {"sequence_parallel": False}),
+                          (["model.deterministic_mode=true"], {"deterministic": True})):
         args = build_parser().parse_args(["plan", "--preset", preset.name, "--flavor", "bridge",
                                           *[a for s in sets for a in ("--set", s)]])
         result = plan_configs(load(request(args)), preset, {}, Dimensions(), Budget(HARDWARE["h100-sxm"]), "--set",

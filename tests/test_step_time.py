@@ -275,6 +275,26 @@ def test_efficiency_fallbacks_say_what_they_stand_for() -> None:
     assert f"(checks/data/efficiency.json: {listed}); no moe row on h200-sxm: other systems'" in source, source
 
 
+def test_a_deterministic_job_takes_the_deterministic_rows_of_its_system() -> None:
+    """Megatron-LM's deterministic CI runs its 7B job on GB200 at well under half the efficiency the general
+    (FP8-derived) row gives: a deterministic job there takes the deterministic row, a job that is not deterministic
+    never does, and a deterministic job where none was measured takes the general one and says so."""
+    t = Training(DENSE, Parallelism())
+    gb200, b200 = HARDWARE["gb200"], HARDWARE["b200"]
+    general, general_source = efficiency_for(t, gb200)
+    value, source = efficiency_for(replace(t, deterministic=True), gb200)
+    (row,) = [e for e in efficiency_table()["entries"]
+              if (e["family"], e["system"], e.get("mode")) == ("dense", "gb200", "deterministic")]
+    assert value == row["efficiency"] and value < general / 1.5 and "deterministic-mode" in source
+    assert "deterministic" not in general_source
+    value, source = efficiency_for(replace(t, deterministic=True), b200)
+    assert value == efficiency_for(t, b200)[0]
+    assert "deterministic mode: no deterministic-mode dense bf16 row on b200 (measured on gb200, h100-sxm)" in source
+    # not another family's: a deterministic MoE job on GB200 takes the general MoE efficiency
+    moe = Training(MOE, Parallelism(expert=8))
+    assert efficiency_for(replace(moe, deterministic=True), gb200)[0] == efficiency_for(moe, gb200)[0]
+
+
 def test_committed_rows_invert_to_their_efficiencies_with_this_model() -> None:
     """The data is a fit of this model: each inverted row must still reproduce its measured step."""
     tool = _tool()

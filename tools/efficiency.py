@@ -10,6 +10,11 @@ communication it models, takes the measured time. It is therefore a fit per row,
 (nothing the model prices is counted twice), and must be rewritten when the model changes
 (tests/test_step_time.py checks that the committed rows still invert to their efficiencies).
 
+Bridge publishes no deterministic-mode job. Megatron-LM's memory-and-speed functional tests are one: their
+interleaved-pipeline run on each system is a row of mode ``deterministic`` (:data:`DETERMINISTIC_CASES`, read from
+tools/data/published_cases.json and planned as ``python -m checks plan`` plans them), which only deterministic jobs
+use (checks/plan/throughput.py efficiency_for).
+
 Rows the planner cannot express are kept with the reason (a model without a shape here, a precision not stated,
 Megatron-FSDP, fine-tuning, a layout that does not split the layers). The perf recipe of the same name at the
 pinned commit gives a row's recompute where its layout matches the row's (checks/data/bridge_recipes.json);
@@ -193,6 +198,49 @@ def _layout(shape: Any, pp: int, vp: int) -> tuple[Parallelism, str] | str:
     return f"{shape.num_layers} layers do not split over PP {pp}"
 
 
+# Bridge publishes no deterministic-mode row. Megatron-LM's memory-and-speed functional test runs a 7B GPT with
+# --deterministic-mode (and NVTE_ALLOW_NONDETERMINISTIC_ALGO=0) on H100 and on GB200, at two layouts each, and
+# publishes its iteration time as a golden value (tools/data/published_cases.json has the cases, their argv and the
+# golden's median). The interleaved-pipeline layout of each system is the row; the tensor-parallel one is held out,
+# so tools/planner_validation.py still predicts one deterministic job per system.
+DETERMINISTIC_CASES = ("megatron-lm/gpt3_7b_tp1_pp4_memory_speed/h100",
+                       "megatron-lm/gpt3_7b_tp1_pp4_memory_speed/gb200")
+
+
+def _planner_validation() -> Any:
+    """tools/planner_validation.py, which plans a published case the way ``python -m checks plan`` does."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import planner_validation
+
+    return planner_validation
+
+
+def deterministic_rows() -> list[dict[str, Any]]:
+    """A row per :data:`DETERMINISTIC_CASES` case: the job the planner reads from its argv, and its published step."""
+    validation = _planner_validation()
+    cases = {case["id"]: case for case in validation.load_data()["cases"]}
+    rows = []
+    for case_id in DETERMINISTIC_CASES:
+        case = cases[case_id]
+        step = next(v for v in case["values"] if v["metric"] == "step_time")
+        repo, _, path = step["source"].partition(":")
+        t, note = job_for({"case": case_id})
+        assert t is not None and t.deterministic, f"{case_id}: {note}"
+        hardware = next(case["plan"][i + 1] for i, word in enumerate(case["plan"]) if word == "--hardware")
+        step_s = validation.published(step)
+        efficiency = invert_efficiency(t, HARDWARE[hardware], step_s)
+        assert efficiency is not None, case_id
+        rows.append({"file": path, "line": None, "repo": repo, "container": "Megatron-LM functional test",
+                     "section": case["group"], "case": case_id, "model": case["title"], "system": hardware,
+                     "precision": "bf16", "mode": "deterministic", "family": family(t), "gpus": t.world_size,
+                     "gbs": t.global_batch_size, "mbs": t.micro_batch_size, "seq": t.seq_length,
+                     "tp": t.par.tensor, "pp": t.par.pipeline, "vp": t.par.virtual_pipeline, "cp": t.context_parallel,
+                     "ep": t.par.expert, "step_s": round(step_s, 6), "efficiency": round(efficiency, 4),
+                     "inverted": True, "notes": f"{step['golden']['key']} reduced {step['golden']['reduce']}; the "
+                                                "job as python -m checks plan reads the case's argv"})
+    return rows
+
+
 def row_fields(raw: dict[str, Any]) -> dict[str, Any]:
     """A table row's fields, named and parsed."""
     model = raw.get("Model") or raw["heading"].removeprefix("Model: ")
@@ -213,6 +261,13 @@ def row_fields(raw: dict[str, Any]) -> dict[str, Any]:
 
 def job_for(row: dict[str, Any]) -> tuple[Training | None, str]:
     """The job a row ran (None if the planner cannot express it), and why not or what was assumed."""
+    if "case" in row:  # a published case's job, read from its argv
+        validation = _planner_validation()
+        case = next(c for c in validation.load_data()["cases"] if c["id"] == row["case"])
+        planned = validation.plan_case(validation.plan_words(case))
+        if isinstance(planned, str):
+            return None, planned
+        return planned.job.training, f"{row['case']} (tools/data/published_cases.json)"
     if "Pre-Training" not in row["section"]:
         return None, f"{row['section']}: only pre-training rows are used (fine-tuning packs sequences)"
     if row["precision"] not in RECIPE_PRECISION:
@@ -271,24 +326,33 @@ def build(texts: dict[str, str], commit: str) -> dict[str, Any]:
             rows.append({**row, "family": family(t), "step_s": round(step_s, 6), "efficiency": round(efficiency, 4),
                          "inverted": True, "notes": note})
     rows += [dict(extra) for extra in EXTRA_ROWS]
-    groups: dict[tuple[str, str, str], list[int]] = {}
+    rows += deterministic_rows()
+    groups: dict[tuple[str, str, str, str], list[int]] = {}
     for index, row in enumerate(rows):
         if "efficiency" in row:
-            groups.setdefault((row["family"], row["system"], row["precision"]), []).append(index)
-    entries = [{"family": fam, "system": system, "precision": precision,
+            groups.setdefault((row["family"], row["system"], row["precision"], row.get("mode", "")), []).append(index)
+    entries = [{"family": fam, "system": system, "precision": precision, **({"mode": mode} if mode else {}),
                 "efficiency": round(statistics.median(rows[i]["efficiency"] for i in members), 4), "rows": members}
-               for (fam, system, precision), members in sorted(groups.items())]
+               for (fam, system, precision, mode), members in sorted(groups.items())]
     return {"source": {"repo": REPO, "commit": commit, "files": list(FILES), "tool": "tools/efficiency.py",
-                       "also": MEGATRON_README + ":116 (dense BF16 on H100, as published)"},
+                       "also": [MEGATRON_README + ":116 (dense BF16 on H100, as published)",
+                                "Megatron-LM functional-test goldens (deterministic mode): "
+                                "tools/efficiency.py DETERMINISTIC_CASES"]},
             "about": "efficiency: the share of the system's dense bf16 peak (checks/plan/hardware.py) at which "
                      "checks/plan/throughput.py's step-time model reproduces the row's measured step, "
-                     "GBS x seq / (tokens/s/GPU x #GPUs); an entry is the median of its rows",
+                     "GBS x seq / (tokens/s/GPU x #GPUs) or a golden iteration time; an entry is the median of its "
+                     "rows; mode deterministic: rows of deterministic-mode jobs, which only such jobs use",
             "entries": entries, "rows": rows}
 
 
 def dump(data: dict[str, Any]) -> str:
     """The file's text for ``data`` (what ``--out`` writes)."""
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def where(row: dict[str, Any]) -> str:
+    """A row's source: ``file:line`` in a table, the file for a golden-values file."""
+    return f"{row['file']}:{row['line']}" if row.get("line") is not None else row["file"]
 
 
 def verify(data: dict[str, Any]) -> list[str]:
@@ -300,11 +364,11 @@ def verify(data: dict[str, Any]) -> list[str]:
             continue
         t, note = job_for(row)
         if t is None:
-            problems.append(f"row {index} ({row['file']}:{row['line']}) no longer expressible: {note}")
+            problems.append(f"row {index} ({where(row)}) no longer expressible: {note}")
             continue
         found = invert_efficiency(t, HARDWARE[row["system"]], row["step_s"])
         if found is None or abs(found / row["efficiency"] - 1) > 0.005:
-            problems.append(f"row {index} ({row['file']}:{row['line']}) inverts to {found}, not {row['efficiency']}: "
+            problems.append(f"row {index} ({where(row)}) inverts to {found}, not {row['efficiency']}: "
                             "rerun tools/efficiency.py")
     return problems
 

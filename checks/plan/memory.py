@@ -52,6 +52,9 @@ class Training:
     # Each MoE layer's token dispatcher waits for its per-expert counts on the host (dropless routing, run eagerly):
     # False under CUDA graphs or with drop-and-pad routing (checks/plan/throughput.py, the host floor)
     moe_host_sync: bool = True
+    # megatron-core's deterministic_mode (Megatron-LM --deterministic-mode): deterministic kernels only, which on some
+    # systems run the step far slower; the step-time model takes such a job's efficiency from deterministic runs
+    deterministic: bool = False
 
     @property
     def world_size(self) -> int:

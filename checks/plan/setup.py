@@ -220,7 +220,8 @@ def _job(ctx: Context, found: tuple[ModelShape, Parallelism] | None, data_parall
         exp_avg_bytes=_dtype_bytes(ctx, "optimizer.exp_avg_dtype", 4),
         exp_avg_sq_bytes=_dtype_bytes(ctx, "optimizer.exp_avg_sq_dtype", 4),
         bucket_size=_bucket_size(ctx, dp), version=ctx.version,
-        moe_host_sync=moe_host_sync(lambda path: _value(ctx, path)))
+        moe_host_sync=moe_host_sync(lambda path: _value(ctx, path)),
+        deterministic=bool(ctx.get("model.deterministic_mode")))
     batch_per_rank = False
     if found is None and overrides_only:
         assert preset is not None

@@ -394,14 +394,36 @@ def efficiency_for(t: Training, hw: Hardware, precision: str = "bf16") -> tuple[
     In order: the published rows of the job's family on this system at this precision; at FP8 (a BF16 job
     taken as FP8 / 1.35, the middle of the 1.2-1.5x FP8 speed-up Bridge documents); the same on other systems
     (an efficiency is a share of each system's own peak); then the nearest family's.
+
+    A deterministic job (``Training.deterministic``) takes the deterministic-mode rows of its family, system and
+    precision where there are any, and nothing else of theirs: what deterministic kernels cost differs by system
+    (Megatron-LM's deterministic CI runs the same 7B job far further below the general efficiency on GB200 than on
+    H100; the rows are in checks/data/efficiency.json), so no other system's stands in. Without one it takes the
+    general efficiency, and says so.
     """
     entries = efficiency_table()["entries"]
     system = base_name(hw)
     own = family(t)
 
-    def find(fam: str, sys_: str | None, prec: str) -> list[dict[str, Any]]:
-        return [e for e in entries if e["family"] == fam and e["precision"] == prec
+    def find(fam: str, sys_: str | None, prec: str, mode: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in entries if e["family"] == fam and e["precision"] == prec and e.get("mode") == mode
                 and (sys_ is None or e["system"] == sys_)]
+
+    def listed(found: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{e['family']}/{e['system']}/{e['precision']}{'/' + e['mode'] if e.get('mode') else ''} "
+                         f"{e['efficiency']:.3f} (median of {len(e['rows'])} rows)" for e in found)
+
+    deterministic_note = ""
+    if t.deterministic:
+        found = find(own, system, precision, "deterministic")
+        if found:
+            value = statistics.median(e["efficiency"] for e in found)
+            return value, (f"{value:.3f} of dense bf16 peak from deterministic-mode training throughput "
+                           f"(checks/data/efficiency.json: {listed(found)})")
+        measured = sorted({e["system"] for e in entries if e.get("mode") == "deterministic"})
+        deterministic_note = (f"deterministic mode: no deterministic-mode {own} {precision} row on {system} (measured "
+                              f"on {', '.join(measured) or 'no system'}): the general efficiency, which such a job "
+                              "may not reach")
 
     for fam in (own, *_FAMILY_FALLBACK.get(own, ())):
         for sys_ in (system, None):
@@ -411,9 +433,8 @@ def efficiency_for(t: Training, hw: Hardware, precision: str = "bf16") -> tuple[
                 if not found:
                     continue
                 value = statistics.median(e["efficiency"] for e in found) * scale
-                where = ", ".join(f"{e['family']}/{e['system']}/{e['precision']} {e['efficiency']:.3f} "
-                                  f"(median of {len(e['rows'])} rows)" for e in found)
-                notes = []
+                where = listed(found)
+                notes = [deterministic_note] if deterministic_note else []
                 if fam != own:
                     notes.append(f"no published {own} row: the {fam} family's")
                 if sys_ is None:
