@@ -138,6 +138,20 @@ def test_the_host_floor_is_its_fit(data: dict[str, Any]) -> None:
                           tool.fitting_citations())
 
 
+def test_the_deterministic_rows_are_fitted_where_they_come_from(artifact: dict[str, Any]) -> None:
+    """The deterministic-mode efficiencies (checks/data/efficiency.json) are fitted to the interleaved 7B run of
+    each system: those step times are marked fitted, their memory is not (no constant moved it), and the
+    tensor-parallel run of the same test on the same system is held out, a prediction within the step-time bound."""
+    by_id = {case["id"]: case for case in artifact["cases"]}
+    for system in ("h100", "gb200"):
+        fitted = {m["metric"]: m for m in by_id[f"megatron-lm/gpt3_7b_tp1_pp4_memory_speed/{system}"]["metrics"]}
+        assert fitted["step_time"]["fitted"] and not fitted["model_states"]["fitted"] and not fitted["peak"]["fitted"]
+        held_out = {m["metric"]: m for m in by_id[f"megatron-lm/gpt3_7b_tp4_pp1_memory_speed/{system}"]["metrics"]}
+        assert not held_out["step_time"]["fitted"] and held_out["step_time"]["within"], held_out["step_time"]
+        job = by_id[f"megatron-lm/gpt3_7b_tp4_pp1_memory_speed/{system}"]["step"]
+        assert "deterministic-mode" in job["efficiency_source"], job
+
+
 # -- the tool's arithmetic --------------------------------------------------------------------------------------
 
 def test_formula_evaluates_arithmetic_only() -> None:

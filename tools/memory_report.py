@@ -151,7 +151,9 @@ def markdown(data: dict[str, Any], planner: dict[str, Any] | None = None) -> str
         "efficiency, the pipeline bubble, exposed tensor-, expert- and data-parallel communication, the "
         "optimizer step and what offloading cannot hide. An eager MoE layer takes at least the host's time to "
         "issue it (its dispatcher waits for the token counts on the host): a floor per layer and micro-batch "
-        "fitted to one published eager job, which sets the step of small-batch MoE jobs.",
+        "fitted to one published eager job, which sets the step of small-batch MoE jobs. A deterministic-mode "
+        "job takes its efficiency from deterministic runs on its own system where there are any (Megatron-LM's "
+        "interleaved 7B functional test on H100 and on GB200, each fitted; `checks/data/efficiency.json`).",
         "",
         "## Activation profiles against measurement",
         "",
@@ -228,7 +230,8 @@ def planner_section(planner: dict[str, Any]) -> list[str]:
         "(memory allocated after a step, against weights + gradients + optimizer state), peak, what optimizer "
         "offload saves, the step time and the time offload adds. Error is prediction / published - 1; GB are "
         "10^9 bytes. Where the source does not say which pipeline stage it measured, every stage is shown "
-        f"(s0, s1, ...). Bounds: {bounds}. Step-time model: {', '.join(planner['step_model']) or 'none'}.",
+        f"(s0, s1, ...). (fitted): a planner constant was fitted to that metric of that case, so its error is "
+        f"not a prediction. Bounds: {bounds}. Step-time model: {', '.join(planner['step_model']) or 'none'}.",
         "",
         tool.markdown_table(planner),
         "",

@@ -219,8 +219,10 @@ def efficiency_fits(table: Mapping[str, Any]) -> list[str]:
     for entry in table.get("entries", []):
         for index in entry.get("rows", []):
             row = rows[index]
-            out.append(f"fitted: {row['file']}:{row['line']} -> efficiency {entry['efficiency']} of "
-                       f"{entry['system']} {entry['family']} {entry['precision']} (checks/data/efficiency.json)")
+            source = f"{row['file']}:{row['line']}" if row.get("line") is not None else row["file"]
+            mode = f" {entry['mode']}" if entry.get("mode") else ""
+            out.append(f"fitted: {source} -> efficiency {entry['efficiency']} of "
+                       f"{entry['system']} {entry['family']} {entry['precision']}{mode} (checks/data/efficiency.json)")
     return out
 
 
@@ -415,6 +417,9 @@ def build(data: Mapping[str, Any]) -> dict[str, Any]:
                 continue
             baseline = (by_id[base_id], planned[base_id])
         fits = fitted_by(case, citations)
+        metrics = case_metrics(case, result, baseline)
+        for metric in metrics:  # every constant fitted is a step-time one: a case's memory stays a prediction
+            metric["fitted"] = bool(fits) and metric["metric"] in TIME
         cases.append({
             "id": case_id, "group": case["group"], "title": case["title"],
             "command": "python -m checks plan " + shlex.join(plan_words(case)),
@@ -423,7 +428,7 @@ def build(data: Mapping[str, Any]) -> dict[str, Any]:
             "job": _job_summary(result), "layout_differences": layout_differences(case, result),
             "step": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in result.step.items() if k != "parts"}
             | {"parts": {k: round(v, 6) for k, v in result.step["parts"].items()}},
-            "metrics": case_metrics(case, result, baseline),
+            "metrics": metrics,
             "notes": list(case.get("notes", [])),
         })
     artifact: dict[str, Any] = {
@@ -431,7 +436,8 @@ def build(data: Mapping[str, Any]) -> dict[str, Any]:
                   "metric the published value, the prediction and the error, prediction / published - 1, in %. "
                   "Bytes and seconds. A source that does not say which pipeline stage it measured is compared with "
                   "every stage; the case's error is the stage furthest off. fitted: the case was used to fit a "
-                  "planner constant, so its error is not a prediction."),
+                  "planner constant (fitted_by says which); a metric that constant moves (its step times) is "
+                  "marked fitted too, and its error is not a prediction."),
         "command": COMMAND,
         "bounds_pct": {metric: None if bound is None else _pct(bound) for metric, bound in BOUNDS.items()},
         "step_model": sorted({c["step"]["model"] for c in cases}),
@@ -460,16 +466,16 @@ def metric_rows(artifact: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any]
 def largest_errors(artifact: Mapping[str, Any], include_fitted: bool = True) -> dict[str, dict[str, Any]]:
     """Per metric kind, the case and stage furthest from its published value (what card.yaml cites).
 
-    ``include_fitted=False`` leaves out the cases used to fit a constant (their error is not a prediction).
+    ``include_fitted=False`` leaves out the metrics a constant was fitted to (their error is not a prediction).
     """
     out: dict[str, dict[str, Any]] = {}
     for case, metric in metric_rows(artifact):
-        if case["fitted"] and not include_fitted:
+        if metric["fitted"] and not include_fitted:
             continue
         kind = metric["metric"]
         if kind not in out or abs(metric["error_pct"]) > abs(out[kind]["error_pct"]):
             out[kind] = {"case": case["id"], "error_pct": metric["error_pct"],
-                         **({"stage": metric["stage"]} if "stage" in metric else {}), "fitted": case["fitted"]}
+                         **({"stage": metric["stage"]} if "stage" in metric else {}), "fitted": metric["fitted"]}
     return {kind: out[kind] for kind in BOUNDS if kind in out}
 
 
@@ -477,7 +483,7 @@ def failures(artifact: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every case and metric outside its bound (on any stage compared)."""
     return [{"case": case["id"], "metric": metric["metric"], "error_pct": metric["error_pct"],
              **({"stage": metric["stage"]} if "stage" in metric else {}), "bound_pct": metric["bound_pct"],
-             "fitted": case["fitted"]}
+             "fitted": metric["fitted"]}
             for case, metric in metric_rows(artifact) if metric["within"] is False]
 
 
@@ -504,7 +510,7 @@ def render(artifact: Mapping[str, Any]) -> str:
 def bands(artifact: Mapping[str, Any]) -> dict[str, Any]:
     """What the planner quotes as its confidence (checks/data/validation_bands.json): per expressed case, what
     job it is (family, hardware, pipeline size, whether it offloads the optimizer) and, per metric, the error of
-    its stage furthest off, with whether a constant was fitted to it."""
+    its stage furthest off, and the metrics a constant was fitted to."""
     out = []
     for case in artifact["cases"]:
         job = case["job"]
@@ -516,7 +522,7 @@ def bands(artifact: Mapping[str, Any]) -> dict[str, Any]:
                 errors[metric["metric"]] = max(errors.get(metric["metric"], 0.0), max(found))
         out.append({"case": case["id"], "family": job.get("family"), "hardware": job["hardware"],
                     "pipeline": job["pipeline"], "optimizer_offload": job["optimizer_offload_fraction"] > 0,
-                    "fitted": case["fitted"], "errors_pct": errors})
+                    "fitted": sorted({m["metric"] for m in case["metrics"] if m["fitted"]}), "errors_pct": errors})
     return {"about": "Generated by tools/generate.py from reference/benchmarks/planner_validation.json "
                      "(tools/planner_validation.py bands()): the published cases the planner was validated on, for "
                      "the confidence it quotes (checks/plan/confidence.py).",
@@ -570,9 +576,9 @@ def markdown_table(artifact: Mapping[str, Any]) -> str:
         errors = " / ".join(f"{r['error_pct']:+.1f}%" for r in rows)
         bound = "—" if metric["bound_pct"] is None else f"±{metric['bound_pct']:g}%"
         flag = "" if metric["within"] is not False else " **out**"
-        fitted = " (fitted)" if case["fitted"] else ""
+        fitted = " (fitted)" if metric["fitted"] else ""
         stage = f" (stage {metric['stage']})" if len(rows) == 1 and "stage" in metric else ""
-        lines.append(f"| {case['id']}{fitted} | {kind}{stage} | {_show(metric['published'], unit, kind)} | "
+        lines.append(f"| {case['id']} | {kind}{stage}{fitted} | {_show(metric['published'], unit, kind)} | "
                      f"{predicted} | {errors}{flag} | {bound} |")
     return "\n".join(lines)
 

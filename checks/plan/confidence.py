@@ -27,11 +27,17 @@ class Band:
     case: str  # the published case's id in the validation artifact
     matches: tuple[str, ...]  # what the job shares with it: "family moe", "hardware h100-sxm", "no pipeline", ...
     errors_pct: tuple[tuple[str, float], ...]  # metric, the case's largest absolute error in %
-    fitted: bool  # a planner constant was fitted to this case: its error is not a prediction
+    fitted: tuple[str, ...]  # the metrics a planner constant was fitted to on this case: not predictions
+
+    @property
+    def predicted(self) -> tuple[tuple[str, float], ...]:
+        """The errors that are predictions: not those of a metric a constant was fitted to."""
+        return tuple((metric, error) for metric, error in self.errors_pct if metric not in self.fitted)
 
     def describe(self) -> str:
-        errors = ", ".join(f"{metric.replace('_', ' ')} {error:.1f}%" for metric, error in self.errors_pct)
-        fitted = "; a constant was fitted to it, so its error is not a prediction" if self.fitted else ""
+        errors = ", ".join(f"{metric.replace('_', ' ')} {error:.1f}%" for metric, error in self.predicted)
+        names = " and ".join(metric.replace("_", " ") for metric in self.fitted)
+        fitted = f"; a constant was fitted to its {names}, so it gives no band for that" if self.fitted else ""
         return f"closest validated case {self.case} ({', '.join(self.matches)}): off by {errors}{fitted}"
 
 
@@ -67,8 +73,8 @@ def closest(t: Training, offload: Offload, hw: Hardware) -> Band | None:
         errors = case["errors_pct"]
         assert isinstance(errors, dict)
         band = Band(str(case["case"]), matches, tuple((str(k), float(v)) for k, v in errors.items()),
-                    bool(case["fitted"]))
-        worst = max((error for _, error in band.errors_pct), default=0.0)
+                    tuple(str(m) for m in case["fitted"]))
+        worst = max((error for _, error in band.predicted), default=0.0)
         if best is None or (score, worst) > best[:2]:
             best = (score, worst, band)
     return best[2] if best else None
