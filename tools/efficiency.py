@@ -215,23 +215,33 @@ def _planner_validation() -> Any:
     return planner_validation
 
 
+def _planned_case(case_id: str) -> tuple[dict[str, Any], Any]:
+    """A published case (tools/data/published_cases.json) and what the planner makes of it: its ``PlannedCase``,
+    or the one-line refusal ``python -m checks plan`` would print."""
+    validation = _planner_validation()
+    case = next(c for c in validation.load_data()["cases"] if c["id"] == case_id)
+    return case, validation.plan_case(validation.plan_words(case))
+
+
 def deterministic_rows() -> list[dict[str, Any]]:
     """A row per :data:`DETERMINISTIC_CASES` case: the job the planner reads from its argv, and its published step."""
-    validation = _planner_validation()
-    cases = {case["id"]: case for case in validation.load_data()["cases"]}
+    published = _planner_validation().published
     rows = []
     for case_id in DETERMINISTIC_CASES:
-        case = cases[case_id]
+        case, planned = _planned_case(case_id)
+        if isinstance(planned, str):
+            raise ValueError(f"{case_id}: {planned}")
+        t = planned.job.training
+        if not t.deterministic:
+            raise ValueError(f"{case_id}: the planner does not read the case's job as deterministic")
         step = next(v for v in case["values"] if v["metric"] == "step_time")
         repo, _, path = step["source"].partition(":")
-        t, note = job_for({"case": case_id})
-        assert t is not None and t.deterministic, f"{case_id}: {note}"
-        hardware = next(case["plan"][i + 1] for i, word in enumerate(case["plan"]) if word == "--hardware")
-        step_s = validation.published(step)
-        efficiency = invert_efficiency(t, HARDWARE[hardware], step_s)
-        assert efficiency is not None, case_id
+        step_s = published(step)
+        efficiency = invert_efficiency(t, planned.hardware, step_s)
+        if efficiency is None:
+            raise ValueError(f"{case_id}: what the model prices besides compute exceeds the measured step")
         rows.append({"file": path, "line": None, "repo": repo, "container": "Megatron-LM functional test",
-                     "section": case["group"], "case": case_id, "model": case["title"], "system": hardware,
+                     "section": case["group"], "case": case_id, "model": case["title"], "system": planned.hardware.name,
                      "precision": "bf16", "mode": "deterministic", "family": family(t), "gpus": t.world_size,
                      "gbs": t.global_batch_size, "mbs": t.micro_batch_size, "seq": t.seq_length,
                      "tp": t.par.tensor, "pp": t.par.pipeline, "vp": t.par.virtual_pipeline, "cp": t.context_parallel,
@@ -262,9 +272,7 @@ def row_fields(raw: dict[str, Any]) -> dict[str, Any]:
 def job_for(row: dict[str, Any]) -> tuple[Training | None, str]:
     """The job a row ran (None if the planner cannot express it), and why not or what was assumed."""
     if "case" in row:  # a published case's job, read from its argv
-        validation = _planner_validation()
-        case = next(c for c in validation.load_data()["cases"] if c["id"] == row["case"])
-        planned = validation.plan_case(validation.plan_words(case))
+        _, planned = _planned_case(row["case"])
         if isinstance(planned, str):
             return None, planned
         return planned.job.training, f"{row['case']} (tools/data/published_cases.json)"

@@ -70,10 +70,10 @@ def closest(t: Training, offload: Offload, hw: Hardware) -> Band | None:
             continue
         score = sum(_WEIGHTS[name] for name in matches)
         matches = tuple(_label(name, facts[name]) for name in matches)
-        errors = case["errors_pct"]
-        assert isinstance(errors, dict)
+        errors, fitted = case["errors_pct"], case["fitted"]
+        assert isinstance(errors, dict) and isinstance(fitted, list)
         band = Band(str(case["case"]), matches, tuple((str(k), float(v)) for k, v in errors.items()),
-                    tuple(str(m) for m in case["fitted"]))
+                    tuple(str(m) for m in fitted))
         worst = max((error for _, error in band.predicted), default=0.0)
         if best is None or (score, worst) > best[:2]:
             best = (score, worst, band)
