@@ -58,6 +58,8 @@ _HOST_FLOOR_FIT = ("eager MoE layer 16.0 ms of host time per micro-batch (forwar
                    "NVIDIA-NeMo/Megatron-Bridge@067f987d:skills/nemo-mbridge-perf-cuda-graphs/card.yaml:195-200); "
                    "the dispatcher waits for its token counts on the host each layer "
                    "(NVIDIA/Megatron-LM@d98e8a64:megatron/core/transformer/moe/token_dispatcher.py:921-958)")
+# every system but the H100 the floor was fitted on
+_HOST_FLOOR_ASSUMED = _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)"
 # torchrun gives each worker OMP_NUM_THREADS=1 when the variable is unset and it starts more than one process per
 # node (torch 2.13 torch/distributed/run.py:872-884), so each rank's host AdamW runs on one thread.
 _THREADS = "one host AdamW thread per rank: torchrun's OMP_NUM_THREADS=1 default (torch/distributed/run.py:872-884)"
@@ -132,7 +134,7 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         _PCIE5 + " (an H100 measurement; the H200 has the same PCIe Gen5 x16 link)", _NVLINK4, _NDR,
         "https://www.nvidia.com/en-us/data-center/dgx-h200/ (8 GPUs, 2 TB system memory)",
         _SPR_HOST, _ADAM_FIT, _THREADS,
-        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
+        _HOST_FLOOR_ASSUMED)),
     Hardware("a100-sxm-80gb", 80 * GB, 312e12, 25.13 * GB, 25.13 * GB, 8, 2048 * GB, 409.6 * GB,
              hbm_bytes_per_s=2.039e12, nvlink_bytes_per_s=200 * GB, network_bytes_per_s=24 * GB, sources=(
         "GPU memory NOMINAL 80 GB: no public figure of the capacity CUDA reports for the A100 80GB was found to cite",
@@ -146,7 +148,7 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "https://www.nvidia.com/en-us/data-center/dgx-a100/ (8 GPUs, 2 TB system memory, 2 x AMD EPYC 7742)",
         "host memory 409.6 GB/s peak: 2 x 8 channels of DDR4-3200", _ADAM_FIT + " (an H100-node fit, assumed here)",
         _THREADS,
-        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
+        _HOST_FLOOR_ASSUMED)),
     Hardware("b200", 180 * GB, 2.25e15, 52.77 * GB, 52.77 * GB, 8, 2048 * GB, 717 * GB, hbm_bytes_per_s=8e12,
              nvlink_bytes_per_s=740 * GB, sources=(
         "GPU memory NOMINAL 180 GB (DGX B200: 1,440 GB over 8 GPUs): no public figure of the capacity CUDA reports "
@@ -155,7 +157,7 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "2 TB system memory, 2 x Intel Xeon Platinum 8570, 8 x ConnectX-7 400 Gb/s, HBM3e 8 TB/s per GPU)",
         _PCIE5 + " (an H100 measurement; assumed for the B200's PCIe Gen5 link)", _NVLINK5, _NDR,
         "host memory 717 GB/s peak: 2 x 8 channels of DDR5-5600", _ADAM_FIT + " (assumed here)", _THREADS,
-        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
+        _HOST_FLOOR_ASSUMED)),
     Hardware("b300", 288 * GB, 2.25e15, 52.77 * GB, 52.77 * GB, 8, 2048 * GB, 717 * GB, hbm_bytes_per_s=8e12,
              nvlink_bytes_per_s=740 * GB, network_bytes_per_s=96 * GB, sources=(
         "GPU memory NOMINAL 288 GB HBM3e: no public figure of the capacity CUDA reports was found to cite",
@@ -164,14 +166,14 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "between nodes 96 GB/s per GPU: ConnectX-8 800 Gb/s, at NDR's achievable share (nccl-tests#267)",
         "host: not published in a source cited here; taken as DGX B200's (2 TB, 717 GB/s)",
         _ADAM_FIT + " (assumed here)", _THREADS,
-        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
+        _HOST_FLOOR_ASSUMED)),
     Hardware("gh200", 96 * GB, 989e12, 450 * GB, 450 * GB, 1, 480 * GB, 512 * GB, hbm_bytes_per_s=4e12, sources=(
         "GPU memory NOMINAL 96 GB: no public figure of the capacity CUDA reports was found to cite",
         "https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (96 GB HBM3 at 4 TB/s, NVLink-C2C "
         "900 GB/s total, up to 480 GB LPDDR5X at up to 512 GB/s); host link: the C2C peak per direction "
         "(no achievable figure cited)", _NDR + " (assumed: one NIC per superchip)", _ADAM_FIT + " (assumed here)",
         _THREADS,
-        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
+        _HOST_FLOOR_ASSUMED)),
     Hardware("gb200", 186 * GB, 2.5e15, 450 * GB, 450 * GB, 4, 960 * GB, 1024 * GB, hbm_bytes_per_s=8e12,
              nvlink_bytes_per_s=740 * GB, nvlink_domain=72, sources=(
         "GPU memory NOMINAL 186 GB: no public figure of the capacity CUDA reports was found to cite",
@@ -179,7 +181,7 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "BF16 over 72 GPUs; NVLink-C2C 900 GB/s per Grace, shared by its 2 GPUs: the host link is that peak, no "
         "achievable figure cited)", "a compute tray: 2 Grace CPUs (480 GB LPDDR5X, 512 GB/s each) and 4 GPUs",
         _NVLINK5 + "; one NVLink domain of 72 GPUs", _NDR, _ADAM_FIT + " (assumed here)", _THREADS,
-        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
+        _HOST_FLOOR_ASSUMED)),
     Hardware("gb300", 288 * GB, 2.45e15, 450 * GB, 450 * GB, 4, 960 * GB, 1024 * GB, hbm_bytes_per_s=8e12,
              nvlink_bytes_per_s=740 * GB, nvlink_domain=72, network_bytes_per_s=96 * GB, sources=(
         "GPU memory NOMINAL 288 GB HBM3e: no public figure of the capacity CUDA reports was found to cite",
@@ -188,7 +190,7 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "per Grace (peak)", _NVLINK5 + "; one NVLink domain of 72 GPUs",
         "between nodes 96 GB/s per GPU: ConnectX-8 800 Gb/s, at NDR's achievable share (nccl-tests#267)",
         _ADAM_FIT + " (assumed here)", _THREADS,
-        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
+        _HOST_FLOOR_ASSUMED)),
     Hardware("mi300x", 192 * GB, 1307e12, 52.77 * GB, 52.77 * GB, 8, 2048 * GB, 921 * GB, hbm_bytes_per_s=5.3e12,
              nvlink_bytes_per_s=368 * GB, sources=(
         "GPU memory NOMINAL 192 GB: no citable public figure of the capacity HIP reports was found",
@@ -198,7 +200,7 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in (
         "(nccl-tests#212) of 448 GB/s", _NDR + " (assumed: one 400 Gb/s NIC per GPU)",
         "a typical 8-GPU platform: 2 x AMD EPYC 9004, 12 channels DDR5-4800 each, 2 TB",
         _ADAM_FIT + " (assumed here)", _THREADS,
-        _HOST_FLOOR_FIT + " (an H100-node fit, assumed here)")),
+        _HOST_FLOOR_ASSUMED)),
 )}
 
 
