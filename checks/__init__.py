@@ -5,4 +5,4 @@ library, PyYAML and jsonschema: never torch or megatron, so that it starts fast
 on a login node. ``tests/test_imports.py`` keeps it that way.
 """
 
-__version__ = "0.10.0"
+__version__ = "0.11.0"

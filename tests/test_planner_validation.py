@@ -199,8 +199,11 @@ def test_plan_case_is_the_plan_command(data: dict[str, Any]) -> None:
     done = subprocess.run([sys.executable, "-m", "checks", "plan", *words[:split], "--format", "json",
                            *words[split:]], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     printed = json.loads(done.stdout)
-    assert [tool.model_states(s) for s in planned.stages] == [
-        s["weights_bytes"] + s["grads_bytes"] + s["optimizer_bytes"] for s in printed["as_configured"]["stages"]]
+    assert [tool.after_step(s) for s in planned.stages] == [
+        s["weights_bytes"] + s["grads_bytes"] + s["optimizer_bytes"] + s["held_inputs_bytes"]
+        for s in printed["as_configured"]["stages"]]
+    assert [tool.after_step(s) for s in planned.stages] == [s["after_step_bytes"] for s in
+                                                          printed["as_configured"]["stages"]]
     assert [s.device_bytes for s in planned.stages] == [s["device_bytes"] for s in
                                                           printed["as_configured"]["stages"]]
 

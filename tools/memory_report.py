@@ -147,6 +147,11 @@ def markdown(data: dict[str, Any], planner: dict[str, Any] | None = None) -> str
         "`reference/activation-terms.md` lists every one for each preset), times the micro-batches the "
         "pipeline schedule keeps in flight, less what each offload mechanism moves; plus the embedding's and "
         "the loss's.",
+        "- **Between steps** (`held_inputs_bytes`, not in the peak): with pipeline parallelism every model "
+        "chunk but the model's first keeps its last micro-batch's received input, and the gradient backward "
+        "left on it, until its next forward: two tensors of the pipeline's shape per chunk (eight pairs on the "
+        "last stage of Megatron-LM's interleaved 7B test). What is allocated after a step is the model states plus "
+        "these.",
         "- **Step time** (`checks/plan/throughput.py`): per stage, FLOPs with recompute at a published "
         "efficiency, the pipeline bubble, exposed tensor-, expert- and data-parallel communication, the "
         "optimizer step and what offloading cannot hide. An eager MoE layer takes at least the host's time to "
@@ -227,7 +232,8 @@ def planner_section(planner: dict[str, Any]) -> list[str]:
         "Generated from `reference/benchmarks/planner_validation.json` (`python tools/planner_validation.py`; "
         "the cases, each value with its source line, are in `tools/data/published_cases.json`). Each case is "
         "planned as a user would give it (the command is in the artifact) and compared per metric: model states "
-        "(memory allocated after a step, against weights + gradients + optimizer state), peak, what optimizer "
+        "(memory allocated after a step, against weights + gradients + optimizer state + the pipeline inputs each "
+        "model chunk keeps, `held_inputs_bytes`), peak, what optimizer "
         "offload saves, the step time and the time offload adds. Error is prediction / published - 1; GB are "
         "10^9 bytes. Where the source does not say which pipeline stage it measured, every stage is shown "
         f"(s0, s1, ...). (fitted): a planner constant was fitted to that metric of that case, so its error is "

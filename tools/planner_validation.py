@@ -6,8 +6,9 @@ command line), with the published values and the line each comes from. The tool 
 same code path as the ``plan`` command (``checks/plan/job.py``) and records, per case and metric, the published
 value, the prediction and the error (prediction / published - 1):
 
-- ``model_states``: memory allocated after a step (weights, gradients, optimizer state) against the planner's
-  weights + gradients + optimizer bytes; ``peak``: the allocator's peak against the planner's device bytes;
+- ``model_states``: memory allocated after a step against the planner's bytes between steps: weights,
+  gradients, optimizer state, and the pipeline inputs the model chunks keep (``StageMemory.after_step_bytes``);
+  ``peak``: the allocator's peak against the planner's device bytes;
 - ``offload_savings``: what optimizer offload saves against the baseline case, as the source states it;
 - ``step_time`` and ``offload_added_time`` (the offload case's step less its baseline's, both published);
 - ``layer_activations``: a published per-layer formula against the planner's bytes for one layer.
@@ -255,8 +256,8 @@ def _cites(text: str, key: str) -> bool:
 
 # -- predictions and errors -------------------------------------------------------------------------------------
 
-def model_states(stage: Any) -> int:
-    return int(stage.weights_bytes + stage.grads_bytes + stage.optimizer_bytes)
+def after_step(stage: Any) -> int:
+    return int(stage.after_step_bytes)
 
 
 def _error(predicted: float, value: float) -> float:
@@ -311,7 +312,7 @@ def case_metrics(case: Mapping[str, Any], planned: PlannedCase,
         metric, given = value["metric"], published(value)
         unit = "s" if metric in TIME else "bytes"
         if metric == "model_states":
-            per_stage = [model_states(s) for s in planned.stages]
+            per_stage = [after_step(s) for s in planned.stages]
             predictions = [(i, float(per_stage[i])) for i in _stage_rows(case, per_stage)]
         elif metric == "peak":
             per_stage = [s.device_bytes for s in planned.stages]
@@ -319,8 +320,8 @@ def case_metrics(case: Mapping[str, Any], planned: PlannedCase,
         elif metric == "offload_savings":
             if baseline is None:
                 raise ValueError(f"{case['id']}: offload_savings needs a baseline case")
-            before = [model_states(s) for s in baseline[1].stages]
-            per_stage = [b - model_states(s) for b, s in zip(before, planned.stages, strict=True)]
+            before = [after_step(s) for s in baseline[1].stages]
+            per_stage = [b - after_step(s) for b, s in zip(before, planned.stages, strict=True)]
             predictions = [(i, float(per_stage[i])) for i in _stage_rows(case, per_stage)]
         elif metric == "step_time":
             predictions = [("step", _step(planned))]

@@ -112,10 +112,17 @@ class StageMemory:
     optimizer_offloaded_elements: int = 0
     activation_offloaded_bytes_per_microbatch: int = 0
     activations_by_module: dict[str, int] = field(default_factory=dict)
+    held_inputs_bytes: int = 0  # between steps only (:func:`held_inputs_bytes`), so not in the peak
 
     @property
     def device_bytes(self) -> int:
+        """The peak."""
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+
+    @property
+    def after_step_bytes(self) -> int:
+        """Allocated between steps (what Megatron-LM logs as ``mem-allocated-bytes``)."""
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.held_inputs_bytes
 
     @property
     def host_bytes(self) -> int:
@@ -324,6 +331,26 @@ def _fine_grained_moved(t: Training, layers: list[int], offload: Offload) -> flo
     return moved * offload.activation_offload_fraction
 
 
+def held_inputs_bytes(t: Training, stage: int) -> int:
+    """Bytes the stage keeps between steps: each chunk's last pipeline input, and that input's gradient.
+
+    Every forward hands its chunk the received input (NVIDIA/Megatron-LM@d98e8a64:megatron/core/pipeline_parallel/
+    schedules.py:506-507), and the transformer block keeps it as ``self.input_tensor`` until the next forward
+    replaces it (megatron/core/transformer/transformer_block.py:455-463). The backward of that micro-batch left the
+    input's gradient on it (``retain_grad``, schedules.py:561; read back as ``x.grad``, :591). So after the step
+    every chunk that receives an input, all but the model's first, holds two tensors of the pipeline's shape,
+    ``(seq / cp, or / (cp x tp) with sequence parallelism; micro-batch; hidden)`` (get_tensor_shapes,
+    :2115-2144), in the parameters' dtype (``pipeline_dtype = params_dtype``, megatron/training/
+    argument_utils.py:306). The next step frees each pair at its chunk's first forward, and by the stage's peak
+    every chunk has run one (the peak follows a forward of the steady state, :func:`chunk_in_flight`), so they are
+    not part of the peak: Megatron-LM's interleaved 7B run peaks higher after its first step than in it by the
+    Adam moments alone (tests/test_plan_memory_defects.py).
+    """
+    receiving = sum(1 for chunk in stage_layers(t)[stage] if not chunk.first) if t.par.pipeline > 1 else 0
+    split = t.par.tensor if t.sequence_parallel else 1
+    return receiving * 2 * (t.tokens_per_microbatch // split) * t.shape.hidden_size * t.param_bytes
+
+
 # --- model states -----------------------------------------------------------------------------------
 
 def _shared_embeddings(t: Training, chunk: Chunk) -> frozenset[str]:
@@ -458,6 +485,7 @@ def stage_memory(t: Training, stage: int, offload: Offload = NONE) -> StageMemor
         optimizer_elements=dense[2] + expert[2], optimizer_offloaded_elements=dense[3] + expert[3],
         activation_offloaded_bytes_per_microbatch=round(host / max(in_flight(t, stage), 1e-9)),
         activations_by_module={k: round(v) for k, v in by_module.items()},
+        held_inputs_bytes=held_inputs_bytes(t, stage),
     )
 
 

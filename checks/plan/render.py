@@ -125,7 +125,8 @@ def _band_json(entry: Planned) -> dict[str, Any] | None:
 
 
 def _stage_json(s: StageMemory) -> dict[str, Any]:
-    return {**asdict(s), "device_bytes": s.device_bytes, "host_bytes": s.host_bytes}
+    return {**asdict(s), "device_bytes": s.device_bytes, "after_step_bytes": s.after_step_bytes,
+            "host_bytes": s.host_bytes}
 
 
 def render_json(entry: Planned) -> str:
