@@ -182,7 +182,8 @@ def _parameters_md(_: Sources) -> str:
 def _memory_model_md(_: Sources) -> str:
     data = json.loads((ROOT / "reference/benchmarks/activation_validation.json").read_text(encoding="utf-8"))
     planner = json.loads((ROOT / "reference/benchmarks/planner_validation.json").read_text(encoding="utf-8"))
-    text: str = tool("memory_report").markdown(data, planner)
+    after_step = json.loads((ROOT / "reference/benchmarks/after_step_memory.json").read_text(encoding="utf-8"))
+    text: str = tool("memory_report").markdown(data, planner, after_step)
     return text
 
 
@@ -348,8 +349,8 @@ GENERATED: tuple[Generated, ...] = (  # in the order they are written: a file be
     Generated("checks/data/validation_bands.json", _validation_bands,
               how="tools/planner_validation.py produce_bands(), from reference/benchmarks/planner_validation.json"),
     Generated("reference/memory-model.md", _memory_model_md,
-              how="tools/memory_report.py markdown(), from reference/benchmarks/activation_validation.json and "
-                  "reference/benchmarks/planner_validation.json"),
+              how="tools/memory_report.py markdown(), from reference/benchmarks/activation_validation.json, "
+                  "reference/benchmarks/planner_validation.json and reference/benchmarks/after_step_memory.json"),
     Generated("reference/activation-terms.md", _activation_terms_md,
               how="tools/activation_terms.py markdown(), from checks/plan/activations.py and the presets"),
     Generated("reference/differential.md", _differential_md,
