@@ -240,6 +240,14 @@ def test_moe_recompute_and_distributed_checkpoints_are_refused(capsys: pytest.Ca
     assert code in (0, 1)
 
 
+def test_a_recipes_mixed_precision_setting_is_cited_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """The recipe's mixed-precision fields arrive with their upstream citation; it is not prefixed again."""
+    err = refused(capsys, "--gpus", "16", "--hardware", "h100-sxm", "--mcore-version", "main@2a75ac12",
+                  "--recipe", "qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config")
+    assert err.startswith("error: NVIDIA-NeMo/Megatron-Bridge@067f987d:src/megatron/bridge/training/"
+                          "mixed_precision.py:") and err.count("Megatron-Bridge@") == 1, err
+
+
 def test_a_multi_model_config_names_the_model_it_cannot_express(capsys: pytest.CaptureFixture[str]) -> None:
     err = refused(capsys, str(EXAMPLES / "nemo-rl/grpo_offload.yaml"), "--preset", "llama3-8b", "--set",
                   "++policy.megatron_cfg.fp8_cfg.enabled=true", "--set", "++policy.megatron_cfg.fp8_cfg.fp8=hybrid")

@@ -188,8 +188,10 @@ class Recipe:
     commit: str
 
     def where(self, at: str) -> str:
-        """An upstream citation for a value's line."""
-        return f"NVIDIA-NeMo/Megatron-Bridge@{self.commit[:8]}:{at}"
+        """An upstream citation for a value's line (``at`` may be one already: a recipe's mixed-precision fields
+        arrive with their origins)."""
+        repo = "NVIDIA-NeMo/Megatron-Bridge@"
+        return at if at.startswith(repo) else f"{repo}{self.commit[:8]}:{at}"
 
 
 def find_recipe(name: str) -> Recipe:
