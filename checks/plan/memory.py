@@ -336,7 +336,8 @@ def held_inputs_bytes(t: Training, stage: int) -> int:
 
     Every forward hands its chunk the received input (NVIDIA/Megatron-LM@d98e8a64:megatron/core/pipeline_parallel/
     schedules.py:506-507), and the transformer block keeps it as ``self.input_tensor`` until the next forward
-    replaces it (megatron/core/transformer/transformer_block.py:455-463). The backward of that micro-batch left the
+    replaces it (megatron/core/transformer/transformer_block.py:455-463; the hybrid stack alike,
+    megatron/core/models/hybrid/hybrid_block.py:251-259). The backward of that micro-batch left the
     input's gradient on it (``retain_grad``, schedules.py:561; read back as ``x.grad``, :591). So after the step
     every chunk that receives an input, all but the model's first, holds two tensors of the pipeline's shape,
     ``(seq / cp, or / (cp x tp) with sequence parallelism; micro-batch; hidden)`` (get_tensor_shapes,
