@@ -148,6 +148,20 @@ def run_header() -> dict[str, Any]:
     return {"date": _now(), "git_commit": _git("rev-parse", "HEAD"), "machine": machine()}
 
 
+def kept_revision(path: Path, result: Mapping[str, Any], argv: list[str]) -> dict[str, Any]:
+    """``result`` with the ``revision`` of the artifact committed at ``path`` while its results are the same,
+    else with this tree's: a check of freshness then does not move with every commit, and results that move are
+    stamped with the tree they come from (regenerate from a clean tree). JSON-equal, not byte-equal."""
+    try:
+        committed = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        committed = {}
+    revision = committed.pop("revision", None) if isinstance(committed, dict) else None
+    if revision is None or committed != json.loads(json.dumps(result)):
+        revision = revision_pins(argv)
+    return {**result, "revision": revision}
+
+
 def write_artifact(path: Path, result: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
     """Write ``result`` as JSON with its revision pins last (results first, provenance after)."""
     artifact = {**result, "revision": revision_pins(sys.argv if argv is None else argv)}

@@ -173,18 +173,10 @@ def render(artifact: Mapping[str, Any]) -> str:
 
 def produce(git: Path) -> str:
     """The artifact's text; its revision is the committed one's while the results are unchanged
-    (as tools/planner_validation.py does)."""
-    artifact = build(git)
-    try:
-        committed = json.loads(ARTIFACT.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        committed = {}
-    revision = committed.pop("revision", None) if isinstance(committed, dict) else None
-    if revision is None or committed != json.loads(render(artifact)):
-        from benchmarks.common import revision_pins
+    (``benchmarks.common.kept_revision``)."""
+    from benchmarks.common import kept_revision
 
-        revision = revision_pins(shlex.split(COMMAND)[1:])
-    return render({**artifact, "revision": revision})
+    return render(kept_revision(ARTIFACT, build(git), shlex.split(COMMAND)[1:]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

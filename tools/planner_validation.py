@@ -539,20 +539,11 @@ def produce() -> str:
     """The artifact's whole text, from the data file and the planner as it is now.
 
     Its ``revision`` (commit, dirty flag, versions: what card.yaml's CRD008/CRD010 ask of an artifact) is the
-    committed artifact's while the results are unchanged, so a check of freshness does not move with every
-    commit; results that move are stamped with the tree they come from (regenerate from a clean tree).
+    committed artifact's while the results are unchanged (``benchmarks.common.kept_revision``).
     """
-    artifact = build(load_data())
-    try:
-        committed = json.loads(ARTIFACT.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        committed = {}
-    revision = committed.pop("revision", None) if isinstance(committed, dict) else None
-    if revision is None or committed != json.loads(render(artifact)):
-        from benchmarks.common import revision_pins
+    from benchmarks.common import kept_revision
 
-        revision = revision_pins([COMMAND.removeprefix("python ")])
-    return render({**artifact, "revision": revision})
+    return render(kept_revision(ARTIFACT, build(load_data()), [COMMAND.removeprefix("python ")]))
 
 
 # -- the table for reference/memory-model.md --------------------------------------------------------------------
