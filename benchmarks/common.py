@@ -162,6 +162,16 @@ def kept_revision(path: Path, result: Mapping[str, Any], argv: list[str]) -> dic
     return {**result, "revision": revision}
 
 
+def check_artifact(path: Path, text: str, command: str) -> int:
+    """A tool's ``--check``: 0 when the committed artifact at ``path`` is ``text``, else 1 and what to run."""
+    current = path.read_text(encoding="utf-8") if path.is_file() else None
+    if current != text:
+        print(f"{path.relative_to(ROOT)} is stale: run {command}", file=sys.stderr)
+        return 1
+    print(f"{path.relative_to(ROOT)} is current")
+    return 0
+
+
 def write_artifact(path: Path, result: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
     """Write ``result`` as JSON with its revision pins last (results first, provenance after)."""
     artifact = {**result, "revision": revision_pins(sys.argv if argv is None else argv)}

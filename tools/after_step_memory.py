@@ -191,12 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.megatron_lm_git}: cannot read {COMMIT[:8]} ({err.stderr.strip()})", file=sys.stderr)
         return 2
     if args.check:
-        current = ARTIFACT.read_text(encoding="utf-8") if ARTIFACT.is_file() else None
-        if current != text:
-            print(f"{ARTIFACT.relative_to(ROOT)} is stale: run {COMMAND}", file=sys.stderr)
-            return 1
-        print(f"{ARTIFACT.relative_to(ROOT)} is current")
-        return 0
+        from benchmarks.common import check_artifact
+
+        return check_artifact(ARTIFACT, text, COMMAND)
     ARTIFACT.write_text(text, encoding="utf-8")
     data = json.loads(text)
     medians = ", ".join(f"{layout} {s['median_residual_mib']} / {s['median_residual_without_held_inputs_mib']} "

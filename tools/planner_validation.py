@@ -628,12 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(markdown_table(json.loads(text)))
         return 0
     if args.check:
-        current = ARTIFACT.read_text(encoding="utf-8") if ARTIFACT.is_file() else None
-        if current != text:
-            print(f"{ARTIFACT.relative_to(ROOT)} is stale: run {COMMAND}", file=sys.stderr)
-            return 1
-        print(f"{ARTIFACT.relative_to(ROOT)} is current")
-        return 0
+        from benchmarks.common import check_artifact
+
+        return check_artifact(ARTIFACT, text, COMMAND)
     ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
     ARTIFACT.write_text(text, encoding="utf-8")
     data = json.loads(text)
