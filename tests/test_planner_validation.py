@@ -172,6 +172,7 @@ def test_published_values_in_bytes_and_seconds() -> None:
 
 def test_golden_reductions() -> None:
     series = {"values": {"1": "nan", "2": 7.9, "3": "nan", "4": 1.2, "5": 1.1, "6": 1.0, "7": 1.3}}
+    assert tool.reduce_golden(series, "first") == 7.9  # step 1 logged nan
     assert tool.reduce_golden(series, "last") == 1.3
     assert tool.reduce_golden(series, "max") == 7.9
     assert tool.reduce_golden(series, "median_after_step_3") == pytest.approx(1.15)  # step 2's start-up left out

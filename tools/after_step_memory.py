@@ -113,10 +113,9 @@ def skip_reason(config: Mapping[str, Any], gpus: tuple[int, str] | None) -> str 
 def row(name: str, config: Mapping[str, Any], golden: Mapping[str, Any],
         gpus: tuple[int, str] | None) -> dict[str, Any]:
     """One test: its golden value at the first logged step beside the planner's last stage."""
-    series = golden["mem-allocated-bytes"]["values"]
-    first = min(series, key=int)
+    measured = int(planner_validation.reduce_golden(golden["mem-allocated-bytes"], "first"))
     out: dict[str, Any] = {"test": name, "source": f"NVIDIA/Megatron-LM@{COMMIT[:8]}:{TESTS}/{name}/{GOLDEN}",
-                           "step": int(first), "measured": int(series[first])}
+                           "measured": measured}
     skipped = skip_reason(config, gpus)
     if skipped is not None or gpus is None:
         return {**out, "skipped": skipped}

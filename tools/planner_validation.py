@@ -183,6 +183,8 @@ def published(value: Mapping[str, Any]) -> float:
 def reduce_golden(series: Mapping[str, Any], reduce: str) -> float:
     """A Megatron-LM golden-values series (``{"values": {"1": x, ...}}``) reduced as the data file says."""
     pairs = sorted((int(step), float(v)) for step, v in series["values"].items() if v != "nan")
+    if reduce == "first":
+        return pairs[0][1]
     if reduce == "last":
         return pairs[-1][1]
     if reduce == "max":
