@@ -45,7 +45,7 @@ for path in (ROOT, ROOT / "tools"):
         sys.path.insert(0, str(path))
 
 import planner_validation  # noqa: E402  (tools/planner_validation.py: plans a case as the plan command does)
-from mcore_fields import VERSION_REFS, read_git  # noqa: E402
+from mcore_fields import VERSION_REFS, list_git, read_git  # noqa: E402
 
 ARTIFACT = ROOT / "reference" / "benchmarks" / "after_step_memory.json"
 COMMAND = "python tools/after_step_memory.py --megatron-lm-git DIR"
@@ -56,12 +56,6 @@ GOLDEN = "golden_values_dev_dgx_h100.json"
 PLAN = ["--hardware", "h100-sxm", "--mcore-version", "main", "--flavor", "megatron-lm"]
 GPT2_VOCAB = 50257
 MIB = 2**20
-
-
-def _ls(git: Path, path: str) -> list[str]:
-    out = subprocess.run(["git", "-C", str(git), "ls-tree", "--name-only", f"{COMMIT}:{path}"],
-                         check=True, capture_output=True, text=True).stdout
-    return out.split()
 
 
 def argv_for(model_args: Mapping[str, Any]) -> list[str]:
@@ -90,7 +84,7 @@ def _layout(job: Any) -> str:
 def recipe_gpus(git: Path) -> dict[str, tuple[int, str]]:
     """Each test case an H100 recipe runs: its GPUs (``nodes`` x ``gpus`` of the recipe's spec) and the recipe."""
     out: dict[str, tuple[int, str]] = {}
-    for name in _ls(git, RECIPES):
+    for name in list_git(git, COMMIT, RECIPES):
         recipe = yaml.safe_load(read_git(git, COMMIT, f"{RECIPES}/{name}")) or {}
         spec = recipe.get("spec", {})
         gpus = int(spec.get("nodes", 1)) * int(spec.get("gpus", 1))
@@ -134,8 +128,8 @@ def row(name: str, config: Mapping[str, Any], golden: Mapping[str, Any],
 def build(git: Path) -> dict[str, Any]:
     gpus = recipe_gpus(git)
     rows = []
-    for name in _ls(git, TESTS):
-        if GOLDEN not in _ls(git, f"{TESTS}/{name}"):
+    for name in list_git(git, COMMIT, TESTS):
+        if GOLDEN not in list_git(git, COMMIT, f"{TESTS}/{name}"):
             continue
         golden = json.loads(read_git(git, COMMIT, f"{TESTS}/{name}/{GOLDEN}"))
         if "mem-allocated-bytes" not in golden:

@@ -117,6 +117,14 @@ def read_git(repo: Path, ref: str, path: str) -> str:
     ).stdout
 
 
+def list_git(repo: Path, ref: str, path: str) -> list[str]:
+    """The names in a directory of ``ref`` (not recursive)."""
+    return subprocess.run(
+        ["git", "-C", str(repo), "ls-tree", "--name-only", f"{ref}:{path}"],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()
+
+
 def profile(read: Any) -> dict[str, dict[str, list[Any]]]:
     sections: dict[str, dict[str, list[Any]]] = {}
     for section, class_name, path in CLASSES:
